@@ -1,0 +1,95 @@
+"""HuggingFace Accelerate: `Accelerator()`, `prepare`, `backward`, `wait_for_everyone`.
+
+Started by plain python (one process), `accelerate launch --multi_gpu --num_processes N` or torchrun.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from datetime import timedelta
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+
+from backends.base import Backend
+from distbench.sharding import GlobalBatchSampler
+
+try:
+    from accelerate import Accelerator, DataLoaderConfiguration, InitProcessGroupKwargs
+except ImportError as e:  # pragma: no cover - exercised only where accelerate is missing
+    from distbench.errors import BackendUnavailable
+
+    raise BackendUnavailable(f"--backend accelerate needs the accelerate package: pip install accelerate ({e})") from e
+
+
+class AccelerateBackend(Backend):
+    name = "accelerate"
+    launch_hint = "accelerate launch --multi_gpu --num_processes N run.py --backend accelerate"
+    launch_hint_multinode = (
+        "accelerate launch --multi_gpu --num_machines 2 --machine_rank R --main_process_ip HOST0 "
+        "--main_process_port 29500 --num_processes TOTAL run.py --backend accelerate"
+    )
+    launchers = ("accelerate launch", "torchrun", "env (RANK/WORLD_SIZE)", "python")
+
+    def setup(self) -> None:
+        if "RANK" in os.environ:
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        self.accelerator = Accelerator(
+            # Accelerate: the loader's batch is the *global* batch and each process takes its slice,
+            # which is exactly distbench's global-batch semantics (see distbench/sharding.py).
+            dataloader_config=DataLoaderConfiguration(split_batches=True),
+            mixed_precision="bf16" if self.precision == "bf16" else "no",
+            kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=self.timeout_s))],
+        )
+        acc = self.accelerator
+        self.rank, self.world_size = acc.process_index, acc.num_processes
+        self.local_rank, self.device = acc.local_process_index, acc.device
+
+    def teardown(self) -> None:
+        acc = getattr(self, "accelerator", None)
+        if acc is not None:
+            acc.end_training()
+            if torch.distributed.is_initialized():
+                torch.distributed.destroy_process_group()
+
+    def train_loader(self, dataset, collate, global_batch: int, seed: int) -> DataLoader:
+        # Accelerate: hand it the loader of *global* batches (the rank-0-of-1 view); `prepare` shards
+        # it. Adding our own per-rank sharding as well would shard twice.
+        self._train_sampler = GlobalBatchSampler(len(dataset), global_batch, 0, 1, seed)
+        return DataLoader(dataset, batch_sampler=self._train_sampler, collate_fn=collate)
+
+    # eval_loader is the base one: Accelerate's prepared loaders pad the last batch with duplicates
+    # (even_batches), so the test set is sharded by distbench and the sums are all-reduced instead.
+
+    def prepare(self, model: nn.Module, optimizer, train_loader):
+        model, optimizer, train_loader = self.accelerator.prepare(model, optimizer, train_loader)
+        return model, optimizer, train_loader
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.accelerator.backward(loss)
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return self.accelerator.unwrap_model(model)
+
+    def autocast(self):
+        if self.precision == "bf16":
+            return self.accelerator.autocast()
+        return contextlib.nullcontext()
+
+    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return t
+        if op == "sum":
+            return self.accelerator.reduce(t.clone(), reduction="sum")
+        gathered = self.accelerator.gather(t.reshape(1, -1))
+        return (gathered.max(dim=0) if op == "max" else gathered.min(dim=0)).values.reshape(t.shape)
+
+    def barrier(self) -> None:
+        self.accelerator.wait_for_everyone()
+
+    @contextlib.contextmanager
+    def main_process_first(self):
+        with self.accelerator.main_process_first():
+            yield

@@ -1,0 +1,144 @@
+"""The Backend interface: everything that differs between data-parallel libraries lives behind it.
+
+A backend owns process setup, sharding, wrapping, collectives, rank-0 gating and teardown. The
+training loop (distbench/loop.py) talks only to this interface; tasks never see it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from typing import ClassVar
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from distbench.errors import UserError
+from distbench.sharding import EvalShardSampler, GlobalBatchSampler
+
+
+def launcher_from_env(env: os._Environ | dict = os.environ) -> str:
+    """Which launcher started this process, from the variables each one sets."""
+    if "HOROVOD_RANK" in env or "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
+        return "horovodrun"
+    if any(k.startswith("ACCELERATE_") for k in env) and "RANK" in env:
+        return "accelerate launch"
+    if "TORCHELASTIC_RUN_ID" in env:
+        return "torchrun"
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return "env (RANK/WORLD_SIZE)"
+    return "python"
+
+
+def env_world_size(env: os._Environ | dict = os.environ) -> int:
+    """World size announced by the launcher, readable before any process group exists."""
+    for key in ("WORLD_SIZE", "HOROVOD_SIZE"):
+        if key in env:
+            return int(env[key])
+    return 1
+
+
+def env_local_world_size(env: os._Environ | dict = os.environ) -> int:
+    for key in ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE"):
+        if key in env:
+            return int(env[key])
+    return 1
+
+
+class Backend:
+    """Base class with the world-size-1 behaviour; each library overrides what it does differently.
+
+    Attributes set by `setup()`: rank, world_size, local_rank, device. `is_main` is the one flag for
+    "this process logs, writes results and checkpoints".
+    """
+
+    name: ClassVar[str] = "base"
+    # How to start this backend with N processes on one machine and on several machines.
+    launch_hint: ClassVar[str] = ""
+    launch_hint_multinode: ClassVar[str] = ""
+    # The launchers that may start this backend (see launcher_from_env).
+    launchers: ClassVar[tuple[str, ...]] = ("python",)
+
+    def __init__(self, precision: str = "fp32", timeout_s: int = 300):
+        self.precision = precision
+        self.timeout_s = timeout_s
+        self.rank, self.world_size, self.local_rank = 0, 1, 0
+        self.device = torch.device("cpu")
+        self._train_sampler: GlobalBatchSampler | None = None
+
+    # ---- launch checks, before setup -------------------------------------------------------
+    @classmethod
+    def check_launcher(cls, env: os._Environ | dict = os.environ) -> None:
+        """Refuse to run under a launcher whose world this backend would not see correctly."""
+        launcher = launcher_from_env(env)
+        if launcher not in cls.launchers:
+            raise UserError(
+                f"--backend {cls.name} was started by {launcher}, which it cannot join; start it with: {cls.launch_hint}"
+            )
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def setup(self) -> None:
+        """Join the process group (or start the library); sets rank, world_size, device."""
+
+    def teardown(self) -> None:
+        """Leave the process group; safe to call after a failed setup."""
+
+    # ---- data ------------------------------------------------------------------------------
+    def train_loader(self, dataset: Dataset, collate: Callable, global_batch: int, seed: int) -> DataLoader:
+        """This rank's loader over one seeded global order, global_batch / world samples per step."""
+        self._train_sampler = GlobalBatchSampler(len(dataset), global_batch, self.rank, self.world_size, seed)
+        return DataLoader(dataset, batch_sampler=self._train_sampler, collate_fn=collate)
+
+    def eval_loader(self, dataset: Dataset, collate: Callable, batch_size: int) -> DataLoader:
+        """This rank's strided share of the test set: every sample evaluated exactly once overall."""
+        sampler = EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+
+    def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+        assert self._train_sampler is not None, "train_loader() first"
+        self._train_sampler.set_epoch(epoch, start_step)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        assert self._train_sampler is not None, "train_loader() first"
+        s = self._train_sampler
+        return s.n // s.global_batch_size
+
+    # ---- model -----------------------------------------------------------------------------
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLoader):
+        """Wrap what the library wraps; returns (model, optimizer, train_loader)."""
+        return model.to(self.device), optimizer, train_loader
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast when asked for; implemented once here so every backend honours it."""
+        if self.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    # ---- collectives (return early at world size 1) ------------------------------------------
+    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        return t
+
+    def barrier(self) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Let the main process do a side effect (download, cache) before the others read it."""
+        if not self.is_main:
+            self.barrier()
+        yield
+        if self.is_main:
+            self.barrier()

@@ -1,0 +1,78 @@
+"""Native PyTorch DistributedDataParallel, started by torchrun (or as one process by plain python)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from backends.base import Backend
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+
+
+def free_loopback_port() -> int:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DDPBackend(Backend):
+    name = "ddp"
+    launch_hint = "torchrun --nproc_per_node N run.py --backend ddp"
+    launch_hint_multinode = (
+        "torchrun --nnodes 2 --nproc_per_node N --rdzv-backend c10d --rdzv-endpoint HOST0:29400 run.py --backend ddp"
+    )
+    launchers = ("torchrun", "env (RANK/WORLD_SIZE)", "python")
+
+    def setup(self) -> None:
+        if "RANK" not in os.environ:
+            # DDP: plain `python run.py --backend ddp` is a world of one; give it a private rendezvous
+            # on loopback so that nothing listens on other interfaces.
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(free_loopback_port()))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if torch.cuda.is_available():
+            self.device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(self.device)
+        # DDP: gloo on CPU, nccl on GPU; the timeout bounds how long survivors wait for a dead rank.
+        dist.init_process_group(
+            backend="nccl" if self.device.type == "cuda" else "gloo",
+            timeout=timedelta(seconds=self.timeout_s),
+        )
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+
+    def teardown(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def prepare(self, model: nn.Module, optimizer, train_loader):
+        model = model.to(self.device)
+        # DDP: gradients are bucketed views (no extra copy); buffers are identical by construction.
+        ddp = DistributedDataParallel(
+            model,
+            device_ids=[self.local_rank] if self.device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
+            forward_sync_buffers=False,
+        )
+        return ddp, optimizer, train_loader
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
+    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return t
+        t = t.clone()
+        dist.all_reduce(t, op=_OPS[op])
+        return t
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            dist.barrier()

@@ -1,0 +1,57 @@
+"""Horovod: `hvd.init()`, `broadcast_parameters`, `DistributedOptimizer`. Started by horovodrun or python."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+
+from backends.base import Backend
+from distbench.errors import BackendUnavailable
+
+try:
+    import horovod.torch as hvd
+except ImportError as e:  # pragma: no cover - exercised only where horovod is missing
+    raise BackendUnavailable(
+        "--backend horovod needs Horovod built with PyTorch and Gloo: run `make setup` "
+        f"(it builds a patched horovod 0.28.1 wheel, see scripts/build_horovod.sh) ({e})"
+    ) from e
+
+
+class HorovodBackend(Backend):
+    name = "horovod"
+    launch_hint = "horovodrun -np N python run.py --backend horovod"
+    launch_hint_multinode = "horovodrun -np 8 -H host1:4,host2:4 python run.py --backend horovod"
+    launchers = ("horovodrun", "python")
+
+    def setup(self) -> None:
+        # Horovod: bound the Gloo rendezvous and collectives so survivors of a dead rank do not hang.
+        os.environ.setdefault("HOROVOD_GLOO_TIMEOUT_SECONDS", str(self.timeout_s))
+        hvd.init()
+        self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
+        if torch.cuda.is_available():
+            self.device = torch.device("cuda", self.local_rank)
+            torch.cuda.set_device(self.device)
+
+    def teardown(self) -> None:
+        if hvd.is_initialized():
+            hvd.shutdown()
+
+    def prepare(self, model: nn.Module, optimizer, train_loader):
+        model = model.to(self.device)
+        # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised.
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # Horovod: gradients are averaged by hooks during backward and waited for in step().
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
+        return model, optimizer, train_loader
+
+    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        if self.world_size == 1:
+            return t
+        return hvd.allreduce(t, op={"sum": hvd.Sum, "max": hvd.Max, "min": hvd.Min}[op])
+
+    def barrier(self) -> None:
+        if self.world_size > 1:
+            hvd.barrier()

@@ -1,0 +1,1 @@
+"""Datasets, identical on every process: sharding is the backends' business, not the data's."""

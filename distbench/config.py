@@ -1,0 +1,120 @@
+"""Frozen run configuration: one field per CLI option, validated before any process group starts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+
+from distbench.errors import UserError
+
+
+class BackendName(str, Enum):
+    single = "single"
+    ddp = "ddp"
+    accelerate = "accelerate"
+    horovod = "horovod"
+
+
+class TaskName(str, Enum):
+    mnist = "mnist"
+    bert_sentiment = "bert-sentiment"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    backend: str = "single"
+    task: str = "mnist"
+    epochs: int | None = None  # None: the task's default
+    max_steps: int | None = None  # stop after this many global steps (all epochs together)
+    batch_size: int | None = None  # global batch, split evenly across processes
+    lr: float | None = None
+    seed: int = 0
+    dropout: float | None = None  # overrides the task's dropout probabilities; 0 turns dropout off
+    data_dir: Path | None = None
+    model: str | None = None  # bert-sentiment: Hugging Face id, local path, or "tiny-random"
+    max_length: int = 128
+    precision: str = "fp32"
+    warmup_ratio: float = 0.1  # bert-sentiment: linear warm-up over this fraction of steps, then linear decay
+    schedule: bool = False  # bert-sentiment: use the linear warm-up/decay schedule
+    output: Path = Path("results/runs.jsonl")
+    force: bool = False
+    threads: int | None = None  # intra-op threads per process; None: cores / local processes
+    log_every: int = 10
+    progress: bool = True
+    eval_batch_size: int = 256
+    timeout_s: int = 300
+    target_accuracy: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    def with_task_defaults(self, epochs: int, batch_size: int, lr: float) -> RunConfig:
+        return replace(
+            self,
+            epochs=self.epochs if self.epochs is not None else epochs,
+            batch_size=self.batch_size if self.batch_size is not None else batch_size,
+            lr=self.lr if self.lr is not None else lr,
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, Path):
+                d[k] = str(v)
+        return d
+
+
+def default_threads(local_world_size: int) -> int:
+    """Cores divided among the processes of this machine, at least one each."""
+    return max(1, (os.cpu_count() or 1) // max(1, local_world_size))
+
+
+def validate(cfg: RunConfig, world_size: int) -> None:
+    """Reject bad input with one clear line before any process group or data loading starts."""
+    if cfg.epochs is not None and cfg.epochs <= 0:
+        raise UserError(f"--epochs must be positive, got {cfg.epochs}")
+    if cfg.max_steps is not None and cfg.max_steps <= 0:
+        raise UserError(f"--max-steps must be positive, got {cfg.max_steps}")
+    if cfg.batch_size is not None:
+        if cfg.batch_size <= 0:
+            raise UserError(f"--batch-size must be positive, got {cfg.batch_size}")
+        if cfg.batch_size % world_size:
+            raise UserError(
+                f"--batch-size {cfg.batch_size} is the global batch and must divide evenly across "
+                f"{world_size} processes"
+            )
+    if cfg.lr is not None and not cfg.lr > 0:
+        raise UserError(f"--lr must be positive, got {cfg.lr}")
+    if cfg.dropout is not None and not 0.0 <= cfg.dropout < 1.0:
+        raise UserError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.data_dir is not None:
+        if not cfg.data_dir.exists():
+            raise UserError(f"--data-dir {cfg.data_dir} does not exist")
+        if not cfg.data_dir.is_dir():
+            raise UserError(f"--data-dir {cfg.data_dir} is not a directory")
+    if not 8 <= cfg.max_length <= 512:
+        raise UserError(f"--max-length must be between 8 and 512, got {cfg.max_length}")
+    if not 0.0 <= cfg.warmup_ratio < 1.0:
+        raise UserError(f"--warmup-ratio must be in [0, 1), got {cfg.warmup_ratio}")
+    if cfg.threads is not None and cfg.threads <= 0:
+        raise UserError(f"--threads must be positive, got {cfg.threads}")
+    if cfg.log_every <= 0:
+        raise UserError(f"--log-every must be positive, got {cfg.log_every}")
+    if cfg.eval_batch_size <= 0:
+        raise UserError(f"--eval-batch-size must be positive, got {cfg.eval_batch_size}")
+    if cfg.timeout_s <= 0:
+        raise UserError(f"--timeout-s must be positive, got {cfg.timeout_s}")
+    if cfg.target_accuracy is not None and not 0.0 < cfg.target_accuracy <= 1.0:
+        raise UserError(f"--target-accuracy must be in (0, 1], got {cfg.target_accuracy}")
+    out = cfg.output
+    if out.suffix not in (".json", ".jsonl"):
+        raise UserError(f"--output must end in .json (one record) or .jsonl (records appended), got {out}")
+    if out.exists() and out.is_dir():
+        raise UserError(f"--output {out} is a directory")
+    if out.suffix == ".json" and out.exists() and not cfg.force:
+        raise UserError(f"--output {out} exists; pass --force to overwrite it or use a .jsonl file to append")

@@ -1,0 +1,11 @@
+"""Errors that reach the user as one line and exit code 2 (bad input), instead of a traceback."""
+
+
+class UserError(Exception):
+    """Bad input or environment the user can fix: printed as one line, exit code 2."""
+
+    exit_code = 2
+
+
+class BackendUnavailable(UserError):
+    """The backend's library is not installed (or was built without what we need)."""

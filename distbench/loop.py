@@ -1,0 +1,242 @@
+"""The backend-agnostic training loop: build, shard, train, evaluate exactly, report.
+
+It talks to the task (model, data, step) and to the backend (setup, sharding, wrapping, collectives),
+never to a distributed library directly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import resource
+import time
+from dataclasses import replace
+from datetime import UTC, datetime
+from importlib import metadata
+
+import psutil
+import torch
+
+import distbench
+from backends import get_backend_class
+from backends.base import Backend, env_local_world_size, env_world_size, launcher_from_env
+from distbench.config import RunConfig, default_threads, validate
+from distbench.reporter import Reporter
+from distbench.tasks import Task, build_task, with_defaults
+
+
+def move_to(batch, device: torch.device):
+    if device.type == "cpu":
+        return batch  # already there; skip walking the structure on the hot path
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: move_to(v, device) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(move_to(v, device) for v in batch)
+    return batch
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(backend: Backend, threads: int) -> dict:
+    return {
+        "torch": torch.__version__,
+        "accelerate": _version("accelerate"),
+        "horovod": _version("horovod"),
+        "transformers": _version("transformers"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "threads_per_process": threads,
+        "device": str(backend.device),
+        "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
+    }
+
+
+def evaluate(task: Task, model, loader, backend: Backend) -> dict:
+    """Exact evaluation: each rank sums over its disjoint share, the sums are all-reduced."""
+    was_training = model.training
+    model.eval()
+    totals = torch.zeros(3, dtype=torch.float64)
+    with torch.no_grad(), backend.autocast():
+        for batch in loader:
+            out = task.evaluate(model, move_to(batch, backend.device))
+            totals += torch.stack([out["loss_sum"], out["correct"], out["count"]]).double().cpu()
+    model.train(was_training)
+    totals = backend.all_reduce(totals.to(backend.device), "sum").cpu()
+    loss_sum, correct, count = totals.tolist()
+    return {"accuracy": correct / count if count else float("nan"), "loss": loss_sum / count if count else float("nan"),
+            "count": int(round(count))}
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return float(torch.tensor(values, dtype=torch.float64).quantile(q))
+
+
+def peak_memory_mb(backend: Backend) -> float:
+    if backend.device.type == "cuda":
+        return torch.cuda.max_memory_allocated(backend.device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: Reporter) -> dict:
+    """Train and evaluate on this process; returns the results record (complete on every rank)."""
+    proc_start = psutil.Process().create_time()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    with backend.main_process_first():
+        train_ds, test_ds = task.datasets()
+    info = task.dataset_info()
+    if info.get("notice"):
+        reporter.info(info["notice"])
+
+    torch.manual_seed(cfg.seed)  # identical initial weights on every rank and under every backend
+    model = task.build_model()
+    optimizer = task.build_optimizer(model)
+    train_loader = backend.train_loader(train_ds, task.collate, cfg.batch_size, cfg.seed)
+    test_loader = backend.eval_loader(test_ds, task.collate, cfg.eval_batch_size)
+    model, optimizer, train_loader = backend.prepare(model, optimizer, train_loader)
+
+    steps_per_epoch = backend.steps_per_epoch
+    total_steps = cfg.epochs * steps_per_epoch
+    if cfg.max_steps is not None:
+        total_steps = min(total_steps, cfg.max_steps)
+    n_epochs = math.ceil(total_steps / steps_per_epoch)
+    scheduler = task.build_scheduler(optimizer, total_steps)
+    torch.manual_seed(cfg.seed + 1 + backend.rank)  # dropout masks: a distinct stream per rank
+    warmup = min(5, total_steps // 4)  # steps excluded from the throughput window
+
+    losses: list[torch.Tensor] = []
+    step_ms: list[float] = []
+    phase = {"data_ms": 0.0, "forward_backward_ms": 0.0, "optimizer_ms": 0.0}
+    epoch_evals: list[dict] = []
+    time_to_target = None
+    first_step_at = None
+    eval_s_in_window = 0.0
+    t_window = None
+    step = 0
+    model.train()
+    reporter.start(total_steps, f"{task.name}/{backend.name} x{backend.world_size}")
+    t_train = time.perf_counter()
+    for epoch in range(n_epochs):
+        backend.set_epoch(epoch)
+        batches = iter(train_loader)
+        while step < total_steps:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            batch = move_to(batch, backend.device)
+            t1 = time.perf_counter()
+            optimizer.zero_grad(set_to_none=True)
+            with backend.autocast():
+                loss = task.step(model, batch)
+            backend.backward(loss)
+            t2 = time.perf_counter()
+            optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+            t3 = time.perf_counter()
+            losses.append(loss.detach().float())
+            step += 1
+            if first_step_at is None:
+                first_step_at = time.time()
+            if step > warmup:
+                step_ms.append((t3 - t0) * 1e3)
+                phase["data_ms"] += (t1 - t0) * 1e3
+                phase["forward_backward_ms"] += (t2 - t1) * 1e3
+                phase["optimizer_ms"] += (t3 - t2) * 1e3
+            if step == warmup:
+                backend.barrier()
+                t_window = time.perf_counter()
+            if reporter.progress and (step % cfg.log_every == 0 or step == total_steps):
+                reporter.update(step, loss.item())  # the only per-step host sync, every log_every steps
+        if cfg.target_accuracy is not None or epoch == n_epochs - 1:
+            t_eval = time.perf_counter()
+            ev = evaluate(task, backend.unwrap(model), test_loader, backend)
+            ev["epoch"], ev["step"] = epoch + 1, step
+            epoch_evals.append(ev)
+            if time_to_target is None and cfg.target_accuracy is not None and ev["accuracy"] >= cfg.target_accuracy:
+                time_to_target = t_eval - t_train - sum(e.get("eval_s", 0.0) for e in epoch_evals)
+            ev["eval_s"] = time.perf_counter() - t_eval
+            if epoch < n_epochs - 1:
+                eval_s_in_window += ev["eval_s"]
+    backend.barrier()
+    t_end = time.perf_counter()
+    reporter.close()
+    if t_window is None:
+        t_window = t_train
+    steady_steps = step - warmup
+    window_s = t_end - t_window - eval_s_in_window - epoch_evals[-1]["eval_s"]
+    samples_per_sec = cfg.batch_size * steady_steps / window_s if window_s > 0 and steady_steps else float("nan")
+
+    loss_history = (backend.all_reduce(torch.stack(losses), "sum") / backend.world_size).tolist()
+    peak_mb = backend.all_reduce(torch.tensor([peak_memory_mb(backend)], device=backend.device), "max").item()
+    raw = backend.unwrap(model)
+    checksum = float(sum(p.detach().double().sum() for p in raw.parameters()))
+    final = epoch_evals[-1]
+    n_steady = max(1, steady_steps)
+    return {
+        "schema_version": distbench.SCHEMA_VERSION,
+        "backend": backend.name,
+        "task": task.name,
+        "world_size": backend.world_size,
+        "global_batch_size": cfg.batch_size,
+        "per_rank_batch_size": cfg.batch_size // backend.world_size,
+        "seed": cfg.seed,
+        "steps": step,
+        "steps_per_epoch": steps_per_epoch,
+        "epochs": round(step / steps_per_epoch, 4),
+        "warmup_steps": warmup,
+        "samples_per_sec": samples_per_sec,
+        "step_time_ms": {"p50": _percentile(step_ms, 0.5), "p90": _percentile(step_ms, 0.9)},
+        "step_breakdown_ms": {k: v / n_steady for k, v in phase.items()},
+        "startup_s": (first_step_at - proc_start) if first_step_at else None,
+        "peak_rss_mb": peak_mb,
+        "final_loss": loss_history[-1],
+        "loss_history": loss_history,
+        "eval_accuracy": final["accuracy"],
+        "eval_loss": final["loss"],
+        "eval_count": final["count"],
+        "eval_history": epoch_evals,
+        "target_accuracy": cfg.target_accuracy,
+        "time_to_target_s": time_to_target,
+        "param_checksum": checksum,
+        "dataset": info,
+        "environment": environment(backend, threads),
+        "launcher": launcher_from_env(),
+        "precision": cfg.precision,
+        "config": cfg.to_dict(),
+        "started_at": started_at,
+        "wall_time_s": time.time() - proc_start,
+    }
+
+
+def run(cfg: RunConfig) -> dict:
+    """Validate, set up the backend, train, write the record on the main process, tear down."""
+    backend_cls = get_backend_class(cfg.backend)
+    backend_cls.check_launcher()
+    cfg = with_defaults(cfg)
+    validate(cfg, env_world_size())
+    threads = cfg.threads or default_threads(env_local_world_size())
+    cfg = replace(cfg, threads=threads)
+    torch.set_num_threads(threads)
+    task = build_task(cfg)
+    backend = backend_cls(precision=cfg.precision, timeout_s=cfg.timeout_s)
+    try:
+        backend.setup()
+        reporter = Reporter(backend.is_main, cfg.progress)
+        record = train(task, backend, cfg, threads, reporter)
+        reporter.write_record(record, cfg.output)
+        reporter.summary(record, cfg.output)
+        return record
+    finally:
+        backend.teardown()

@@ -1,0 +1,76 @@
+"""Rank-0 side effects in one place: progress bar, log lines, the results record, the summary line.
+
+Every method is a no-op on processes other than the main one, so the loop can call them freely.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+
+class Reporter:
+    def __init__(self, is_main: bool, progress: bool = True):
+        self.is_main = is_main
+        self.progress = progress and is_main
+        self._bar: tqdm | None = None
+
+    def info(self, message: str) -> None:
+        if self.is_main:
+            print(message, file=sys.stderr, flush=True)
+
+    def start(self, total_steps: int, desc: str) -> None:
+        if self.progress:
+            self._bar = tqdm(total=total_steps, desc=desc, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def update(self, step: int, loss: float) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            self._bar.update(step - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def write_record(self, record: dict, path: Path) -> None:
+        if self.is_main:
+            write_record(record, path)
+
+    def summary(self, record: dict, path: Path) -> None:
+        if not self.is_main:
+            return
+        acc = record["eval_accuracy"]
+        print(
+            f"{record['task']} | {record['backend']} x{record['world_size']} | "
+            f"{record['samples_per_sec']:.1f} samples/s | accuracy {acc:.4f} "
+            f"({record['eval_count']} test samples) | final loss {record['final_loss']:.4f} | "
+            f"{record['steps']} steps in {record['wall_time_s']:.1f} s | record: {path}",
+            flush=True,
+        )
+
+
+def write_record(record: dict, path: Path) -> None:
+    """`.jsonl`: append one line (never rewrites what is there). `.json`: write atomically (temp + rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, sort_keys=True)
+    if path.suffix == ".jsonl":
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+        return
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(record, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def read_records(path: Path) -> list[dict]:
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(path.read_text(encoding="utf-8"))]

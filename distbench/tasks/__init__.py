@@ -1,0 +1,52 @@
+"""Tasks: a model, its data and its step, knowing nothing about distribution.
+
+The Task protocol (see docs/architecture.md): build_model, build_optimizer, build_scheduler,
+datasets, collate, step, evaluate. A task must be deterministic given the seed, so that every rank
+and every backend starts from the same weights and sees the same data.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from distbench.config import RunConfig
+from distbench.errors import UserError
+
+
+class Task(Protocol):
+    name: str
+    default_epochs: int
+    default_batch_size: int
+    default_lr: float
+
+    def build_model(self) -> nn.Module: ...
+    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer: ...
+    def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int): ...
+    def datasets(self) -> tuple[Dataset, Dataset]: ...  # train, test; the same on every rank
+    def collate(self, samples): ...
+    def step(self, model: nn.Module, batch) -> torch.Tensor: ...  # the mean loss; no backward here
+    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]: ...  # sums: correct, count, loss_sum
+    def dataset_info(self) -> dict: ...
+
+
+TASKS = {"mnist": "distbench.tasks.mnist:MnistTask", "bert-sentiment": "distbench.tasks.bert:BertSentimentTask"}
+DEFAULTS = {"mnist": (5, 64, 0.5), "bert-sentiment": (1, 32, 5e-5)}  # epochs, global batch, lr
+
+
+def with_defaults(cfg: RunConfig) -> RunConfig:
+    if cfg.task not in DEFAULTS:
+        raise UserError(f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
+    return cfg.with_task_defaults(*DEFAULTS[cfg.task])
+
+
+def build_task(cfg: RunConfig) -> Task:
+    import importlib
+
+    if cfg.task not in TASKS:
+        raise UserError(f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
+    module, cls = TASKS[cfg.task].split(":")
+    return getattr(importlib.import_module(module), cls)(with_defaults(cfg))

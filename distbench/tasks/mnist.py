@@ -1,0 +1,54 @@
+"""MNIST classification with the classic DDP-tutorial ConvNet and Adadelta."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from data.arrays import collate_tensor_batch
+from data.mnist import load_mnist
+from distbench.config import RunConfig
+from models.convnet import ConvNet
+
+
+class MnistTask:
+    name = "mnist"
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self._info = None
+
+    def build_model(self) -> nn.Module:
+        return ConvNet(dropout=self.cfg.dropout)
+
+    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.Adadelta(model.parameters(), lr=self.cfg.lr)
+
+    def build_scheduler(self, optimizer, total_steps: int):
+        return None
+
+    def datasets(self):
+        train, test, info = load_mnist(self.cfg.data_dir)
+        self._info = info
+        return train, test
+
+    def dataset_info(self) -> dict:
+        return dataclasses.asdict(self._info)
+
+    collate = staticmethod(collate_tensor_batch)
+
+    def step(self, model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        return F.nll_loss(model(x), y)
+
+    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        x, y = batch
+        out = model(x)
+        return {
+            "loss_sum": F.nll_loss(out.float(), y, reduction="sum").double(),
+            "correct": (out.argmax(dim=1) == y).sum().double(),
+            "count": torch.tensor(float(len(y)), dtype=torch.float64),
+        }

@@ -1,0 +1,1 @@
+"""Model definitions, written as if for one device: distribution is applied from outside (backends/)."""
