@@ -41,6 +41,9 @@ class AccelerateBackend(Backend):
             # which is exactly distbench's global-batch semantics (see distbench/sharding.py).
             dataloader_config=DataLoaderConfiguration(split_batches=True),
             mixed_precision="bf16" if self.precision == "bf16" else "no",
+            # Accelerate: without a GPU, only cpu=True makes a multi-process launch a gloo group
+            # (otherwise every process silently runs alone with world size 1).
+            cpu=not torch.cuda.is_available(),
             kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=self.timeout_s))],
         )
         acc = self.accelerator

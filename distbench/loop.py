@@ -136,7 +136,7 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
                 break
             batch = move_to(batch, backend.device)
             t1 = time.perf_counter()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no arguments
             with backend.autocast():
                 loss = task.step(model, batch)
             backend.backward(loss)
@@ -233,6 +233,7 @@ def run(cfg: RunConfig) -> dict:
     backend = backend_cls(precision=cfg.precision, timeout_s=cfg.timeout_s)
     try:
         backend.setup()
+        torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
         reporter = Reporter(backend.is_main, cfg.progress)
         record = train(task, backend, cfg, threads, reporter)
         reporter.write_record(record, cfg.output)

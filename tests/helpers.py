@@ -1,0 +1,76 @@
+"""Launch real commands the way users do, with a timeout, failing with their captured output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MR_DATA = ROOT.parent / "shared" / "data" / "rt-polarity"
+
+
+def test_env(tmp_path: Path | None = None, **extra: str) -> dict:
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        DISTBENCH_NO_DOWNLOAD="1",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    if tmp_path is not None:
+        env["DISTBENCH_CACHE"] = str(tmp_path / "cache")
+    env.update(extra)
+    return env
+
+
+def run_cmd(cmd: list[str], timeout: float, env: dict | None = None, expect_rc: int | None = 0, cwd: Path = ROOT):
+    """Run cmd; on timeout or an unexpected exit code, fail with the command's own output."""
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=env or test_env(), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        raise AssertionError(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}") from e
+    if expect_rc is not None and proc.returncode != expect_rc:
+        raise AssertionError(
+            f"exit {proc.returncode} (expected {expect_rc}): {' '.join(map(str, cmd))}\n"
+            f"--- stdout\n{proc.stdout[-4000:]}\n--- stderr\n{proc.stderr[-4000:]}"
+        )
+    return proc
+
+
+def launch(backend: str, nprocs: int, args: list[str], launcher: str | None = None) -> list[str]:
+    """The real launcher command for a backend at a world size."""
+    launcher = launcher or {"single": "python", "ddp": "torchrun", "accelerate": "accelerate", "horovod": "horovodrun"}[
+        backend
+    ]
+    tail = ["run.py", "--backend", backend, *args]
+    if launcher == "python":
+        return [sys.executable, *tail]
+    if launcher == "torchrun":
+        return [str(BIN / "torchrun"), "--nproc_per_node", str(nprocs), "--master_addr", "127.0.0.1",
+                "--master_port", str(free_port()), *tail]  # fmt: skip
+    if launcher == "accelerate":
+        return [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(nprocs),
+                "--main_process_port", str(free_port()), *tail]  # fmt: skip
+    if launcher == "horovodrun":
+        return [str(BIN / "horovodrun"), "-np", str(nprocs), "-H", f"localhost:{nprocs}", sys.executable, *tail]
+    raise ValueError(launcher)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_record(path: Path) -> dict:
+    return json.loads(path.read_text())
