@@ -47,6 +47,12 @@ def env_local_world_size(env: os._Environ | dict = os.environ) -> int:
     return 1
 
 
+def _own_generator() -> torch.Generator:
+    """Each DataLoader iterator draws a seed from its generator; a private one keeps that draw off the
+    global RNG, so evaluating mid-run (or not) cannot shift the dropout masks of training."""
+    return torch.Generator().manual_seed(0)
+
+
 class Backend:
     """Base class with the world-size-1 behaviour; each library overrides what it does differently.
 
@@ -93,12 +99,12 @@ class Backend:
     def train_loader(self, dataset: Dataset, collate: Callable, global_batch: int, seed: int) -> DataLoader:
         """This rank's loader over one seeded global order, global_batch / world samples per step."""
         self._train_sampler = GlobalBatchSampler(len(dataset), global_batch, self.rank, self.world_size, seed)
-        return DataLoader(dataset, batch_sampler=self._train_sampler, collate_fn=collate)
+        return DataLoader(dataset, batch_sampler=self._train_sampler, collate_fn=collate, generator=_own_generator())
 
     def eval_loader(self, dataset: Dataset, collate: Callable, batch_size: int) -> DataLoader:
         """This rank's strided share of the test set: every sample evaluated exactly once overall."""
         sampler = EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
+        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, generator=_own_generator())
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         assert self._train_sampler is not None, "train_loader() first"

@@ -85,16 +85,20 @@ def train(
 
 
 def _invoke(app: typer.Typer, args: list[str], prog: str) -> int:
+    # typer >= 0.20 vendors click: its exceptions are typer's, not the click package's.
+    exit_types = (typer.Exit, click.exceptions.Exit)
+    usage_types = (typer.TyperException, click.ClickException)
     try:
         app(args=args, prog_name=prog, standalone_mode=False)
-    except click.exceptions.Exit as e:  # --help
+    except exit_types as e:  # --help
         return e.exit_code
-    except click.ClickException as e:  # bad option or value: one line, not a usage box
-        print(f"error: {e.format_message()}", file=sys.stderr)
-        return 2
-    except click.exceptions.Abort:
+    except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)
         return 130
+    except usage_types as e:  # bad option or value: one line, not a usage box
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        print(f"error: {' '.join(message.split())}", file=sys.stderr)
+        return 2
     except UserError as e:
         if _is_main_process():
             print(f"error: {e}", file=sys.stderr)

@@ -110,7 +110,7 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     n_epochs = math.ceil(total_steps / steps_per_epoch)
-    scheduler = task.build_scheduler(optimizer, total_steps)
+    scheduler = task.build_scheduler(optimizer, total_steps, steps_per_epoch)
     torch.manual_seed(cfg.seed + 1 + backend.rank)  # dropout masks: a distinct stream per rank
     warmup = min(5, total_steps // 4)  # steps excluded from the throughput window
 

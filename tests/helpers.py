@@ -13,7 +13,7 @@ BIN = Path(sys.executable).parent
 MR_DATA = ROOT.parent / "shared" / "data" / "rt-polarity"
 
 
-def test_env(tmp_path: Path | None = None, **extra: str) -> dict:
+def child_env(tmp_path: Path | None = None, **extra: str) -> dict:
     env = dict(os.environ)
     env.update(
         HF_HUB_OFFLINE="1",
@@ -32,7 +32,7 @@ def test_env(tmp_path: Path | None = None, **extra: str) -> dict:
 def run_cmd(cmd: list[str], timeout: float, env: dict | None = None, expect_rc: int | None = 0, cwd: Path = ROOT):
     """Run cmd; on timeout or an unexpected exit code, fail with the command's own output."""
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=env or test_env(), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=cwd, env=env or child_env(), capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         out = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         err = (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or "")

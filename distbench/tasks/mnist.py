@@ -27,7 +27,9 @@ class MnistTask:
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.Adadelta(model.parameters(), lr=self.cfg.lr)
 
-    def build_scheduler(self, optimizer, total_steps: int):
+    def build_scheduler(self, optimizer, total_steps: int, steps_per_epoch: int):
+        # Constant lr, measured best here: per-epoch decay (gamma 0.7-0.9) lowered 5-epoch accuracy on
+        # the 4,500 bundled digits (docs/accuracy.md).
         return None
 
     def datasets(self):

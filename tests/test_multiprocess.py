@@ -1,0 +1,92 @@
+"""Real multi-process runs on CPU/gloo, started by each backend's own launcher, each with a timeout."""
+
+import sys
+
+import pytest
+
+from distbench.reporter import read_records
+from tests.helpers import BIN, launch, read_record, run_cmd
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]
+COMMON = ["--no-progress", "--threads", "1"]
+
+
+def run_launch(tmp_path, backend, nprocs, args, launcher=None, timeout=240, name="r"):
+    out = tmp_path / f"{name}.json"
+    run_cmd(launch(backend, nprocs, [*args, *COMMON, "--output", str(out)], launcher), timeout=timeout,
+            env=_env(tmp_path))  # fmt: skip
+    return read_record(out)
+
+
+def _env(tmp_path):
+    from tests.helpers import child_env
+
+    return child_env(tmp_path)
+
+
+# The three commands of the README, exactly as written (plus a short run and an output path).
+@pytest.mark.parametrize(
+    "cmd,backend,world",
+    [
+        ([sys.executable, "run.py", "--backend", "accelerate"], "accelerate", 1),
+        ([str(BIN / "horovodrun"), "-np", "4", sys.executable, "run.py", "--backend", "horovod"], "horovod", 4),
+        ([str(BIN / "torchrun"), "run.py", "--backend", "ddp"], "ddp", 1),
+    ],
+    ids=["python-accelerate", "horovodrun-np4", "torchrun-ddp"],
+)
+def test_documented_commands(tmp_path, cmd, backend, world):
+    out = tmp_path / "runs.jsonl"
+    proc = run_cmd([*cmd, "--max-steps", "8", "--output", str(out), "--no-progress"], timeout=240, env=_env(tmp_path))
+    (rec,) = read_records(out)
+    assert (rec["backend"], rec["world_size"], rec["steps"], rec["eval_count"]) == (backend, world, 8, 500)
+    assert rec["per_rank_batch_size"] * world == rec["global_batch_size"] == 64
+    assert "samples/s" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "backend,launcher",
+    [("ddp", "torchrun"), ("accelerate", "accelerate"), ("accelerate", "torchrun"), ("horovod", "horovodrun")],
+)
+def test_two_processes(tmp_path, backend, launcher):
+    rec = run_launch(tmp_path, backend, 2, ["--max-steps", "6"], launcher)
+    assert rec["world_size"] == 2 and rec["per_rank_batch_size"] == 32 and rec["eval_count"] == 500
+    assert rec["environment"]["threads_per_process"] == 1
+
+
+def test_exact_evaluation_at_world_size_3(tmp_path):
+    rec = run_launch(tmp_path, "ddp", 3, ["--max-steps", "2", "--batch-size", "48"])
+    assert rec["world_size"] == 3 and rec["eval_count"] == 500  # 167 + 167 + 166, none padded
+
+
+def test_batch_not_dividing_the_world_fails_cleanly(tmp_path):
+    proc = run_cmd(launch("ddp", 2, ["--batch-size", "63", *COMMON]), timeout=120, env=_env(tmp_path), expect_rc=None)
+    assert proc.returncode != 0
+    assert "error: --batch-size 63 is the global batch and must divide evenly across 2 processes" in proc.stderr
+
+
+def test_horovod_under_torchrun_is_refused(tmp_path):
+    proc = run_cmd(launch("horovod", 2, COMMON, "torchrun"), timeout=120, env=_env(tmp_path), expect_rc=None)
+    assert proc.returncode != 0 and "--backend horovod was started by torchrun" in proc.stderr
+
+
+STEPS = 25
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("single")
+    return run_launch(tmp, "single", 1, ["--max-steps", str(STEPS), "--dropout", "0"])
+
+
+@pytest.mark.parametrize("backend", ["ddp", "accelerate", "horovod"])
+def test_backends_follow_the_single_process_optimisation_path(tmp_path, reference, backend):
+    rec = run_launch(tmp_path, backend, 2, ["--max-steps", str(STEPS), "--dropout", "0"])
+    ref_losses, losses = reference["loss_history"], rec["loss_history"]
+    assert len(losses) == len(ref_losses) == STEPS
+    max_diff = max(abs(a - b) for a, b in zip(ref_losses, losses, strict=True))
+    rel_checksum = abs(rec["param_checksum"] - reference["param_checksum"]) / abs(reference["param_checksum"])
+    print(f"{backend} x2 vs single x1: max per-step loss difference {max_diff:.3e}, "
+          f"param_checksum relative difference {rel_checksum:.3e}")  # fmt: skip
+    assert max_diff < 1e-4
+    assert rec["eval_count"] == reference["eval_count"] == 500
+    assert rel_checksum < 1e-3
