@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from distbench.launchers import BIN, command
+
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 MR_DATA = ROOT.parent / "shared" / "data" / "rt-polarity"
 
 
@@ -47,29 +48,7 @@ def run_cmd(cmd: list[str], timeout: float, env: dict | None = None, expect_rc: 
 
 def launch(backend: str, nprocs: int, args: list[str], launcher: str | None = None) -> list[str]:
     """The real launcher command for a backend at a world size."""
-    launcher = launcher or {"single": "python", "ddp": "torchrun", "accelerate": "accelerate", "horovod": "horovodrun"}[
-        backend
-    ]
-    tail = ["run.py", "--backend", backend, *args]
-    if launcher == "python":
-        return [sys.executable, *tail]
-    if launcher == "torchrun":
-        return [str(BIN / "torchrun"), "--nproc_per_node", str(nprocs), "--master_addr", "127.0.0.1",
-                "--master_port", str(free_port()), *tail]  # fmt: skip
-    if launcher == "accelerate":
-        return [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(nprocs),
-                "--main_process_port", str(free_port()), *tail]  # fmt: skip
-    if launcher == "horovodrun":
-        return [str(BIN / "horovodrun"), "-np", str(nprocs), "-H", f"localhost:{nprocs}", sys.executable, *tail]
-    raise ValueError(launcher)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return command(backend, nprocs, args, launcher)
 
 
 def read_record(path: Path) -> dict:

