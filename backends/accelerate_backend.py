@@ -89,6 +89,9 @@ class AccelerateBackend(Backend):
         gathered = self.accelerator.gather(t.reshape(1, -1))
         return (gathered.max(dim=0) if op == "max" else gathered.min(dim=0)).values.reshape(t.shape)
 
+    def all_gather(self, t: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.gather(t.unsqueeze(0))  # Accelerate: concatenates along dim 0
+
     def barrier(self) -> None:
         self.accelerator.wait_for_everyone()
 

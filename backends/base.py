@@ -137,6 +137,10 @@ class Backend:
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         return t
 
+    def all_gather(self, t: torch.Tensor) -> torch.Tensor:
+        """Every rank's `t`, stacked along a new first dimension in rank order."""
+        return t.unsqueeze(0)
+
     def barrier(self) -> None:
         pass
 

@@ -73,6 +73,13 @@ class DDPBackend(Backend):
         dist.all_reduce(t, op=_OPS[op])
         return t
 
+    def all_gather(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return t.unsqueeze(0)
+        parts = [torch.empty_like(t) for _ in range(self.world_size)]
+        dist.all_gather(parts, t.contiguous())
+        return torch.stack(parts)
+
     def barrier(self) -> None:
         if self.world_size > 1:
             dist.barrier()

@@ -52,6 +52,11 @@ class HorovodBackend(Backend):
             return t
         return hvd.allreduce(t, op={"sum": hvd.Sum, "max": hvd.Max, "min": hvd.Min}[op])
 
+    def all_gather(self, t: torch.Tensor) -> torch.Tensor:
+        if self.world_size == 1:
+            return t.unsqueeze(0)
+        return hvd.allgather(t.unsqueeze(0))  # Horovod: concatenates along dim 0
+
     def barrier(self) -> None:
         if self.world_size > 1:
             hvd.barrier()

@@ -71,13 +71,17 @@ def train(
     target_accuracy: Annotated[
         float | None, typer.Option(help="Evaluate every epoch and record the time to reach this accuracy.")
     ] = None,
+    checkpoint_dir: Annotated[
+        Path | None, typer.Option(help="Save checkpoints here; a run resumes from the one it finds there.")
+    ] = None,
+    checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N global steps.")] = 100,
 ) -> None:
     cfg = RunConfig(
         backend=backend.value, task=task.value, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
         seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, precision=precision.value,
         schedule=schedule, warmup_ratio=warmup_ratio, output=output, force=force, threads=threads,
         log_every=log_every, progress=progress, eval_batch_size=eval_batch_size, timeout_s=timeout_s,
-        target_accuracy=target_accuracy,
+        target_accuracy=target_accuracy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
     )  # fmt: skip
     from distbench.loop import run
 

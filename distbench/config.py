@@ -51,6 +51,8 @@ class RunConfig:
     eval_batch_size: int = 256
     timeout_s: int = 300
     target_accuracy: float | None = None
+    checkpoint_dir: Path | None = None  # resume automatically when it holds a checkpoint
+    checkpoint_every: int = 100  # global steps
     extra: dict = field(default_factory=dict)
 
     def with_task_defaults(self, epochs: int, batch_size: int, lr: float) -> RunConfig:
@@ -111,6 +113,10 @@ def validate(cfg: RunConfig, world_size: int) -> None:
         raise UserError(f"--timeout-s must be positive, got {cfg.timeout_s}")
     if cfg.target_accuracy is not None and not 0.0 < cfg.target_accuracy <= 1.0:
         raise UserError(f"--target-accuracy must be in (0, 1], got {cfg.target_accuracy}")
+    if cfg.checkpoint_every <= 0:
+        raise UserError(f"--checkpoint-every must be positive, got {cfg.checkpoint_every}")
+    if cfg.checkpoint_dir is not None and cfg.checkpoint_dir.exists() and not cfg.checkpoint_dir.is_dir():
+        raise UserError(f"--checkpoint-dir {cfg.checkpoint_dir} is not a directory")
     out = cfg.output
     if out.suffix not in (".json", ".jsonl"):
         raise UserError(f"--output must end in .json (one record) or .jsonl (records appended), got {out}")

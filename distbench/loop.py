@@ -10,6 +10,7 @@ import math
 import os
 import platform
 import resource
+import signal
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ import torch
 import distbench
 from backends import get_backend_class
 from backends.base import Backend, env_local_world_size, env_world_size, launcher_from_env
+from distbench import checkpoint
 from distbench.config import RunConfig, default_threads, validate
 from distbench.reporter import Reporter
 from distbench.tasks import Task, build_task, with_defaults
@@ -76,6 +78,17 @@ def evaluate(task: Task, model, loader, backend: Backend) -> dict:
             "count": int(round(count))}
 
 
+def _inject_fault(rank: int, step: int) -> None:
+    """Failure injection for the reliability tests: DISTBENCH_FAULT=kill:RANK:STEP SIGKILLs that rank after
+    that global step, on the first attempt only (a torchrun restart then runs clean)."""
+    spec = os.environ.get("DISTBENCH_FAULT")
+    if not spec or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") != "0":
+        return
+    kind, fault_rank, fault_step = spec.split(":")
+    if kind == "kill" and int(fault_rank) == rank and int(fault_step) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -88,7 +101,8 @@ def peak_memory_mb(backend: Backend) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
-def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: Reporter) -> dict:
+def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: Reporter,
+          resume: dict | None = None) -> dict:  # fmt: skip
     """Train and evaluate on this process; returns the results record (complete on every rank)."""
     proc_start = psutil.Process().create_time()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -112,7 +126,32 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
     n_epochs = math.ceil(total_steps / steps_per_epoch)
     scheduler = task.build_scheduler(optimizer, total_steps, steps_per_epoch)
     torch.manual_seed(cfg.seed + 1 + backend.rank)  # dropout masks: a distinct stream per rank
-    warmup = min(5, total_steps // 4)  # steps excluded from the throughput window
+
+    step, prior_losses = 0, []  # step: global steps done, counting those before a resume
+    ckpt_path = checkpoint.path_in(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    if resume is not None:
+        state = resume
+        backend.unwrap(model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None and state["scheduler"] is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"][backend.rank].clone())  # a view (storage offset > 0) is misread by torch
+        step, prior_losses = state["step"], state["loss_history"].tolist()
+        reporter.info(f"resuming from {ckpt_path} at step {step} (epoch {step // steps_per_epoch + 1})")
+    start_step = step
+    warmup = min(5, (total_steps - start_step) // 4)  # steps excluded from the throughput window
+
+    def save_checkpoint() -> None:
+        # Collectives first (every rank), then only the main process writes.
+        history = prior_losses + (backend.all_reduce(torch.stack(losses), "sum") / backend.world_size).tolist()
+        rng = backend.all_gather(torch.get_rng_state().to(backend.device)).cpu()
+        if backend.is_main:
+            checkpoint.save({
+                "format": checkpoint.FORMAT, "step": step, "world_size": backend.world_size,
+                "model": backend.unwrap(model).state_dict(), "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "rng": rng, "loss_history": torch.tensor(history, dtype=torch.float64), "config": cfg.to_dict(),
+            }, ckpt_path)  # fmt: skip
 
     losses: list[torch.Tensor] = []
     step_ms: list[float] = []
@@ -122,12 +161,11 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
     first_step_at = None
     eval_s_in_window = 0.0
     t_window = None
-    step = 0
     model.train()
-    reporter.start(total_steps, f"{task.name}/{backend.name} x{backend.world_size}")
+    reporter.start(total_steps, f"{task.name}/{backend.name} x{backend.world_size}", initial=start_step)
     t_train = time.perf_counter()
-    for epoch in range(n_epochs):
-        backend.set_epoch(epoch)
+    for epoch in range(start_step // steps_per_epoch, n_epochs):
+        backend.set_epoch(epoch, start_step - epoch * steps_per_epoch if epoch == start_step // steps_per_epoch else 0)
         batches = iter(train_loader)
         while step < total_steps:
             t0 = time.perf_counter()
@@ -147,18 +185,22 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
             t3 = time.perf_counter()
             losses.append(loss.detach().float())
             step += 1
+            done = step - start_step
             if first_step_at is None:
                 first_step_at = time.time()
-            if step > warmup:
+            if done > warmup:
                 step_ms.append((t3 - t0) * 1e3)
                 phase["data_ms"] += (t1 - t0) * 1e3
                 phase["forward_backward_ms"] += (t2 - t1) * 1e3
                 phase["optimizer_ms"] += (t3 - t2) * 1e3
-            if step == warmup:
+            if done == warmup:
                 backend.barrier()
                 t_window = time.perf_counter()
             if reporter.progress and (step % cfg.log_every == 0 or step == total_steps):
                 reporter.update(step, loss.item())  # the only per-step host sync, every log_every steps
+            if ckpt_path is not None and step % cfg.checkpoint_every == 0:
+                save_checkpoint()
+            _inject_fault(backend.rank, step)
         if cfg.target_accuracy is not None or epoch == n_epochs - 1:
             t_eval = time.perf_counter()
             ev = evaluate(task, backend.unwrap(model), test_loader, backend)
@@ -174,11 +216,11 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
     reporter.close()
     if t_window is None:
         t_window = t_train
-    steady_steps = step - warmup
+    steady_steps = step - start_step - warmup
     window_s = t_end - t_window - eval_s_in_window - epoch_evals[-1]["eval_s"]
     samples_per_sec = cfg.batch_size * steady_steps / window_s if window_s > 0 and steady_steps else float("nan")
 
-    loss_history = (backend.all_reduce(torch.stack(losses), "sum") / backend.world_size).tolist()
+    loss_history = prior_losses + (backend.all_reduce(torch.stack(losses), "sum") / backend.world_size).tolist()
     peak_mb = backend.all_reduce(torch.tensor([peak_memory_mb(backend)], device=backend.device), "max").item()
     raw = backend.unwrap(model)
     checksum = float(sum(p.detach().double().sum() for p in raw.parameters()))
@@ -193,6 +235,7 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
         "per_rank_batch_size": cfg.batch_size // backend.world_size,
         "seed": cfg.seed,
         "steps": step,
+        "resumed_from_step": start_step,
         "steps_per_epoch": steps_per_epoch,
         "epochs": round(step / steps_per_epoch, 4),
         "warmup_steps": warmup,
@@ -200,6 +243,7 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
         "step_time_ms": {"p50": _percentile(step_ms, 0.5), "p90": _percentile(step_ms, 0.9)},
         "step_breakdown_ms": {k: v / n_steady for k, v in phase.items()},
         "startup_s": (first_step_at - proc_start) if first_step_at else None,
+        "first_step_unix": first_step_at,  # lets a driver measure launch-to-first-step, launcher included
         "peak_rss_mb": peak_mb,
         "final_loss": loss_history[-1],
         "loss_history": loss_history,
@@ -230,12 +274,16 @@ def run(cfg: RunConfig) -> dict:
     cfg = replace(cfg, threads=threads)
     torch.set_num_threads(threads)
     task = build_task(cfg)
+    resume = None
+    if cfg.checkpoint_dir is not None and checkpoint.path_in(cfg.checkpoint_dir).is_file():
+        # checked before any process group starts: a bad checkpoint is one line, exit 2
+        resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict(), env_world_size())
     backend = backend_cls(precision=cfg.precision, timeout_s=cfg.timeout_s)
     try:
         backend.setup()
         torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
         reporter = Reporter(backend.is_main, cfg.progress)
-        record = train(task, backend, cfg, threads, reporter)
+        record = train(task, backend, cfg, threads, reporter, resume)
         reporter.write_record(record, cfg.output)
         reporter.summary(record, cfg.output)
         return record

@@ -24,9 +24,10 @@ class Reporter:
         if self.is_main:
             print(message, file=sys.stderr, flush=True)
 
-    def start(self, total_steps: int, desc: str) -> None:
+    def start(self, total_steps: int, desc: str, initial: int = 0) -> None:
         if self.progress:
-            self._bar = tqdm(total=total_steps, desc=desc, unit="step", dynamic_ncols=True, file=sys.stderr)
+            self._bar = tqdm(total=total_steps, initial=initial, desc=desc, unit="step", dynamic_ncols=True,
+                             file=sys.stderr)  # fmt: skip
 
     def update(self, step: int, loss: float) -> None:
         if self._bar is not None:

@@ -57,11 +57,19 @@ def build_classifier(spec: str | None, num_labels: int = 2, dropout: float | Non
             **overrides,
         )
         return BertForSequenceClassification(config)
+    from transformers.utils import logging as hf_logging
+
     path = resolve_model(spec)
+    verbosity = hf_logging.get_verbosity()
+    # The encoder has no classification head; transformers reports it as newly initialised on every
+    # rank. That is the point of fine-tuning, so keep the log quiet.
+    hf_logging.set_verbosity_error()
     try:
         model: nn.Module = BertForSequenceClassification.from_pretrained(path, num_labels=num_labels, **overrides)
     except (OSError, ValueError) as e:
         raise UserError(_not_found(path, e)) from e
+    finally:
+        hf_logging.set_verbosity(verbosity)
     return model
 
 

@@ -1,0 +1,65 @@
+"""Checkpoints: everything needed to continue a run exactly, written atomically by the main process.
+
+A checkpoint holds the model and optimizer (and scheduler) state, the data position (global step;
+epoch and step within it follow from the steps per epoch), every rank's RNG state, the loss history
+so far and the config. It is read with `torch.load(weights_only=True)`: no pickled code is run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from distbench.errors import UserError
+
+FILENAME = "checkpoint.pt"
+FORMAT = 1
+# Options that must match for a resumed run to continue the same optimisation.
+MUST_MATCH = ("task", "model", "batch_size", "seed", "lr", "dropout", "max_length", "precision", "schedule",
+              "warmup_ratio")  # fmt: skip
+
+
+def path_in(directory: Path) -> Path:
+    return directory / FILENAME
+
+
+def save(state: dict, path: Path) -> None:
+    """Write to a temporary file in the same folder, fsync, then rename: never a half-written checkpoint."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: Path, config: dict, world_size: int) -> dict:
+    """Read and check a checkpoint; any problem is one clear line (UserError), the file left as it is."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # truncated zip, wrong format, disallowed pickle: all "unreadable"
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise UserError(f"checkpoint {path} is corrupt or not a distbench checkpoint ({first[:160]})") from e
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise UserError(f"checkpoint {path} is not a distbench checkpoint (format {FORMAT})")
+    saved = state["config"]
+    for key in MUST_MATCH:
+        if saved.get(key) != config.get(key):
+            raise UserError(
+                f"checkpoint {path} was written with --{key.replace('_', '-')} {saved.get(key)}, this run has "
+                f"{config.get(key)}; use another --checkpoint-dir"
+            )
+    if state["world_size"] != world_size:
+        raise UserError(
+            f"checkpoint {path} was written at world size {state['world_size']}; resume it with "
+            f"{state['world_size']} processes (each rank's RNG state is restored) or use another --checkpoint-dir"
+        )
+    return state

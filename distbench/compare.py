@@ -1,0 +1,197 @@
+"""`run.py compare`: run backends x world sizes with their real launchers, one at a time, and report.
+
+Each run is a subprocess in its own process group with a timeout; a failed run is recorded with its
+last error lines and the sweep goes on. Ctrl-C stops the current run's processes and keeps the
+records written so far (and the report of them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from distbench.config import TaskName, default_threads
+from distbench.errors import UserError
+from distbench.launchers import command
+
+compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
+BACKENDS = ("single", "ddp", "accelerate", "horovod")
+
+
+def _csv(value: str, what: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise UserError(f"--{what} is empty")
+    return items
+
+
+def plan_runs(backends: list[str], nprocs: list[int], threads: int | None) -> list[tuple[str, int, int, bool]]:
+    """(backend, world size, threads per process, is_baseline). `single` runs at world size 1 only; a
+    `single` run is added for every thread count used, as the baseline of speed-up and efficiency."""
+    runs = []
+    for backend in backends:
+        for n in nprocs:
+            if backend == "single" and n != 1:
+                continue
+            runs.append((backend, n, threads or default_threads(n), False))
+    wanted_threads = sorted({t for _, _, t, _ in runs}, reverse=True)
+    have = {t for b, n, t, _ in runs if b == "single" and n == 1}
+    runs = [(b, n, t, False) for b, n, t, _ in runs]
+    for t in wanted_threads:
+        if t not in have:
+            runs.insert(0, ("single", 1, t, True))
+    return runs
+
+
+def _tail(text: str, n: int = 12) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return "\n".join(lines[-n:])
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop a run and everything its launcher started (launchers spawn workers in the same session)."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_one(cmd: list[str], out_json: Path, timeout_s: float, log_path: Path) -> dict:
+    """Run one launcher command; returns the results record plus sweep fields, or a failure record."""
+    started = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return {"status": "failed", "error": f"timed out after {timeout_s:.0f} s\n" + _tail(log_path.read_text())}
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise
+    elapsed = time.time() - started
+    if rc != 0 or not out_json.exists():
+        return {"status": "failed", "returncode": rc, "error": _tail(log_path.read_text()), "elapsed_s": elapsed}
+    record = json.loads(out_json.read_text())
+    record["status"] = "ok"
+    record["elapsed_s"] = elapsed
+    if record.get("first_step_unix"):
+        record["launch_to_first_step_s"] = record["first_step_unix"] - started
+    return record
+
+
+@compare_app.command(help="Run every backend at several world sizes with its real launcher and report.")
+def compare(
+    out: Annotated[Path, typer.Option(help="Output folder (results.jsonl, summary.csv, report.md, plots).")],
+    task: Annotated[TaskName, typer.Option()] = TaskName.mnist,
+    backends: Annotated[str, typer.Option(help="Comma-separated backends.")] = ",".join(BACKENDS),
+    nprocs: Annotated[str, typer.Option(help="Comma-separated world sizes.")] = "1,2",
+    max_steps: Annotated[int | None, typer.Option(help="Global steps per run.")] = None,
+    epochs: Annotated[int | None, typer.Option(help="Epochs per run (default: the task's).")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Global batch size.")] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="Threads per process (default: cores / processes of that run).")
+    ] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    data_dir: Annotated[Path | None, typer.Option()] = None,
+    target_accuracy: Annotated[float | None, typer.Option(help="Record the time to reach this accuracy.")] = None,
+    run_timeout_s: Annotated[int, typer.Option(help="Per-run timeout; the run is killed and marked failed.")] = 900,
+    extra: Annotated[str, typer.Option(help="Extra run.py options, quoted, e.g. '--precision bf16'.")] = "",
+) -> None:
+    backend_list = _csv(backends, "backends")
+    unknown = [b for b in backend_list if b not in BACKENDS]
+    if unknown:
+        raise UserError(f"unknown backend {unknown[0]!r}; choose from {', '.join(BACKENDS)}")
+    try:
+        world_sizes = [int(n) for n in _csv(nprocs, "nprocs")]
+    except ValueError as e:
+        raise UserError(f"--nprocs must be comma-separated integers, got {nprocs!r}") from e
+    if any(n <= 0 for n in world_sizes):
+        raise UserError("--nprocs values must be positive")
+    if threads is not None and threads <= 0:
+        raise UserError(f"--threads must be positive, got {threads}")
+    if data_dir is not None and not data_dir.is_dir():
+        raise UserError(f"--data-dir {data_dir} does not exist")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs").mkdir(exist_ok=True)
+    base_args = ["--task", task.value, "--seed", str(seed), "--no-progress"]
+    for flag, value in (("--max-steps", max_steps), ("--epochs", epochs), ("--batch-size", batch_size),
+                        ("--data-dir", data_dir), ("--target-accuracy", target_accuracy)):  # fmt: skip
+        if value is not None:
+            base_args += [flag, str(value)]
+    base_args += shlex.split(extra)
+
+    runs = plan_runs(backend_list, world_sizes, threads)
+    sweep = {
+        "command": "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "task": task.value,
+        "runs_planned": len(runs),
+    }
+    (out / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
+    results = out / "results.jsonl"
+    t0 = time.time()
+    try:
+        for i, (backend, n, t, baseline) in enumerate(runs, 1):
+            name = f"{task.value}-{backend}-w{n}-t{t}"
+            out_json = out / "runs" / f"{name}.json"
+            out_json.unlink(missing_ok=True)
+            cmd = command(backend, n, [*base_args, "--threads", str(t), "--output", str(out_json), "--force"])
+            label = f"[{i}/{len(runs)}] {backend} x{n} ({t} thread{'s' if t > 1 else ''}/process)"
+            print(f"{label}: running ({len(runs) - i} after this)", file=sys.stderr, flush=True)
+            record = run_one(cmd, out_json, run_timeout_s, out / "runs" / f"{name}.log")
+            record.update(backend=backend, world_size=n, task=task.value, threads_per_process=t, baseline=baseline,
+                          command=" ".join(shlex.quote(c) for c in _display(cmd)))  # fmt: skip
+            with open(results, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, sort_keys=True) + "\n")
+            if record["status"] == "ok":
+                msg = f"{record['samples_per_sec']:.1f} samples/s, accuracy {record['eval_accuracy']:.4f}"
+            else:
+                msg = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
+            print(f"{label}: {msg}", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted: the current run was stopped; records so far are in {results}", file=sys.stderr)
+        _write_report(out)
+        raise typer.Exit(130) from None
+    print(f"sweep done in {time.time() - t0:.0f} s", file=sys.stderr)
+    table = _write_report(out)
+    print(table)
+
+
+def _display(cmd: list[str]) -> list[str]:
+    """The command as a user would type it: launchers and python by name, not by venv path."""
+    shown = [Path(c).name if i == 0 or c == sys.executable else c for i, c in enumerate(cmd)]
+    return ["python" if c == Path(sys.executable).name else c for c in shown]
+
+
+def _write_report(out: Path) -> str:
+    from distbench.report import write_report
+
+    return write_report([out], out)
+
+
+@compare_app.command(help="Rebuild the report (summary.csv, report.md, plots) from compare folders.")
+def report(
+    dirs: Annotated[list[Path], typer.Argument(help="Folders written by `run.py compare`.")],
+    out: Annotated[Path | None, typer.Option(help="Where to write (default: the first folder).")] = None,
+) -> None:
+    for d in dirs:
+        if not (d / "results.jsonl").is_file():
+            raise UserError(f"{d} holds no results.jsonl (was it written by `run.py compare`?)")
+    print(__import__("distbench.report", fromlist=["write_report"]).write_report(dirs, out or dirs[0]))

@@ -1,0 +1,81 @@
+"""`run.py compare` and `run.py report`: a small real sweep, its files, and a failed run in the middle."""
+
+import csv
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from distbench.compare import plan_runs
+from distbench.report import COLUMNS
+from tests.helpers import ROOT, child_env, run_cmd
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
+
+
+def test_plan_adds_single_baselines_for_each_thread_count():
+    runs = plan_runs(["ddp"], [1, 2], threads=None)
+    assert [(b, n) for b, n, _, base in runs if base] == [("single", 1)] * len({t for _, _, t, _ in runs})
+    assert plan_runs(["single", "ddp"], [1, 2], threads=1) == [("single", 1, 1, False), ("ddp", 1, 1, False),
+                                                               ("ddp", 2, 1, False)]  # fmt: skip
+
+
+def test_small_compare_writes_every_report_file(tmp_path):
+    out = tmp_path / "cmp"
+    cmd = [sys.executable, "run.py", "compare", "--task", "mnist", "--backends", "single,ddp", "--nprocs", "1,2",
+           "--max-steps", "6", "--threads", "1", "--out", str(out)]  # fmt: skip
+    run_cmd(cmd, timeout=400, env=child_env(tmp_path))
+    for name in ("results.jsonl", "summary.csv", "report.md", "sweep.json", "mnist-throughput.png",
+                 "mnist-efficiency.png", "mnist-loss.png", "mnist-breakdown.png"):  # fmt: skip
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    with open(out / "summary.csv") as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == COLUMNS
+    assert [(r["backend"], r["world_size"], r["status"]) for r in table] == [
+        ("single", "1", "ok"), ("ddp", "1", "ok"), ("ddp", "2", "ok")]  # fmt: skip
+    assert float(table[0]["speedup"]) == pytest.approx(1.0)
+    assert all(float(r["samples_per_sec"]) > 0 and r["eval_count"] == "500" for r in table)
+    report = (out / "report.md").read_text()
+    assert "| ddp | 2 | 1 |" in report and "torchrun --nproc_per_node 2" in report
+
+    # rebuild from the records alone
+    (out / "report.md").unlink()
+    run_cmd([sys.executable, "run.py", "report", str(out)], timeout=120, env=child_env(tmp_path))
+    assert (out / "report.md").read_text() == report
+
+
+def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
+    out = tmp_path / "cmp"
+    # a global batch of 9 does not divide over 2 processes: that run fails, the sweep goes on
+    cmd = [sys.executable, "run.py", "compare", "--backends", "ddp,single", "--nprocs", "2,1", "--max-steps", "3",
+           "--batch-size", "9", "--threads", "1", "--out", str(out)]  # fmt: skip
+    run_cmd(cmd, timeout=400, env=child_env(tmp_path))
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    status = {(r["backend"], r["world_size"]): r["status"] for r in recs}
+    assert status == {("ddp", 2): "failed", ("ddp", 1): "ok", ("single", 1): "ok"}
+    failed = next(r for r in recs if r["status"] == "failed")
+    assert "divide evenly across 2 processes" in failed["error"]
+    assert "failed" in (out / "report.md").read_text()
+
+
+def test_ctrl_c_stops_the_run_and_keeps_records(tmp_path):
+    out = tmp_path / "cmp"
+    cmd = [sys.executable, "run.py", "compare", "--backends", "single,ddp", "--nprocs", "1,2", "--epochs", "50",
+           "--threads", "1", "--out", str(out)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((out / "runs").glob("*.log")):
+        time.sleep(0.5)
+    time.sleep(8)  # the first run is training now
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    assert (out / "sweep.json").is_file() and (out / "report.md").is_file()
+    # nothing of the stopped run is left running
+    ps = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert ps.stdout.strip() == ""

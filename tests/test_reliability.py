@@ -1,0 +1,128 @@
+"""Rank failures end the job cleanly; checkpoints resume exactly; bad checkpoints are refused."""
+
+import hashlib
+import subprocess
+import sys
+import time
+
+import pytest
+
+from distbench.launchers import BIN, free_port
+from tests.helpers import child_env, launch, read_record, run_cmd
+from tests.test_cli import assert_one_line_error
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(400)]
+TIMEOUT_S = 60
+COMMON = ["--no-progress", "--threads", "1", "--timeout-s", str(TIMEOUT_S)]
+
+
+def _leftovers(marker: str) -> str:
+    return subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True).stdout.strip()
+
+
+@pytest.mark.parametrize("backend", ["ddp", "accelerate", "horovod"])
+def test_killed_rank_stops_the_job_within_the_timeout(tmp_path, backend):
+    out = tmp_path / "never-written.json"
+    cmd = launch(backend, 2, [*COMMON, "--epochs", "50", "--output", str(out)])
+    t0 = time.time()
+    proc = run_cmd(cmd, timeout=TIMEOUT_S + 30, env=child_env(tmp_path, DISTBENCH_FAULT="kill:1:5"), expect_rc=None)
+    elapsed = time.time() - t0
+    print(f"{backend}: rank 1 killed at step 5; launcher exited {proc.returncode} after {elapsed:.1f} s")
+    assert proc.returncode != 0
+    assert not out.exists()
+    time.sleep(1)
+    assert _leftovers(str(out)) == "", "processes of the failed job are still running"
+
+
+def _resume_run(tmp_path, name, backend="ddp", launcher=None, fault=None, elastic=False, steps=30):
+    out = tmp_path / f"{name}.json"
+    args = [*COMMON, "--max-steps", str(steps), "--checkpoint-dir", str(tmp_path / f"ckpt-{name}"),
+            "--checkpoint-every", "10", "--output", str(out), "--force"]  # fmt: skip
+    cmd = launch(backend, 2, args, launcher)
+    if elastic:
+        # restarts need torchrun's dynamic (c10d) rendezvous; a static --master_port one hangs on restart
+        cmd = [str(BIN / "torchrun"), "--max-restarts=1", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "run.py", "--backend", backend, *args]  # fmt: skip
+    env = child_env(tmp_path, **({"DISTBENCH_FAULT": fault} if fault else {}))
+    return cmd, env, out
+
+
+@pytest.fixture(scope="module")
+def straight_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("straight")
+    cmd, env, out = _resume_run(tmp, "straight")
+    run_cmd(cmd, timeout=240, env=env)
+    return read_record(out)
+
+
+def _assert_same_run(rec, straight):
+    assert rec["steps"] == straight["steps"] == 30
+    assert rec["loss_history"] == straight["loss_history"]  # exactly: same threads, same order, same RNG
+    assert rec["param_checksum"] == straight["param_checksum"]
+    assert rec["eval_accuracy"] == straight["eval_accuracy"]
+
+
+def test_kill_then_resume_matches_the_uninterrupted_run(tmp_path, straight_run):
+    cmd, env, out = _resume_run(tmp_path, "manual", fault="kill:1:15")
+    first = run_cmd(cmd, timeout=240, env=env, expect_rc=None)
+    assert first.returncode != 0 and not out.exists()
+    env.pop("DISTBENCH_FAULT")
+    second = run_cmd(cmd, timeout=240, env=env)
+    assert "resuming from" in second.stderr and "at step 10" in second.stderr
+    rec = read_record(out)
+    assert rec["resumed_from_step"] == 10
+    _assert_same_run(rec, straight_run)
+
+
+def test_torchrun_elastic_restart_resumes_and_finishes(tmp_path, straight_run):
+    cmd, env, out = _resume_run(tmp_path, "elastic", fault="kill:1:15", elastic=True)
+    proc = run_cmd(cmd, timeout=300, env=env)
+    assert "resuming from" in proc.stderr
+    rec = read_record(out)
+    assert rec["resumed_from_step"] == 10
+    _assert_same_run(rec, straight_run)
+
+
+@pytest.mark.parametrize("backend", ["accelerate", "horovod"])
+def test_resume_under_other_backends(tmp_path, backend):
+    straight_cmd, env, straight_out = _resume_run(tmp_path, "straight", backend=backend, steps=20)
+    run_cmd(straight_cmd, timeout=240, env=env)
+    cmd, env, out = _resume_run(tmp_path, "resumed", backend=backend, fault="kill:1:15", steps=20)
+    run_cmd(cmd, timeout=240, env=env, expect_rc=None)
+    env.pop("DISTBENCH_FAULT")
+    run_cmd(cmd, timeout=240, env=env)
+    a, b = read_record(straight_out), read_record(out)
+    assert b["resumed_from_step"] == 10
+    assert a["loss_history"] == b["loss_history"] and a["param_checksum"] == b["param_checksum"]
+
+
+def _digest(folder):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize("case", ["truncated", "other_task", "other_batch", "not_a_checkpoint"])
+def test_bad_checkpoints_are_refused_and_left_alone(tmp_path, case):
+    ckpt = tmp_path / "ckpt"
+    run_cmd([sys.executable, "run.py", *COMMON, "--max-steps", "4", "--checkpoint-dir", str(ckpt),
+             "--checkpoint-every", "2", "--output", str(tmp_path / "a.json")], timeout=120,
+            env=child_env(tmp_path))  # fmt: skip
+    f = ckpt / "checkpoint.pt"
+    args = [*COMMON, "--max-steps", "8", "--checkpoint-dir", str(ckpt), "--output", str(tmp_path / "b.json")]
+    if case == "truncated":
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+        fragment = "is corrupt"
+    elif case == "not_a_checkpoint":
+        f.write_bytes(b"just some bytes")
+        fragment = "is corrupt"
+    elif case == "other_task":
+        args += ["--task", "bert-sentiment", "--model", "tiny-random", "--data-dir",
+                 str(__import__("tests.helpers", fromlist=["MR_DATA"]).MR_DATA)]  # fmt: skip
+        fragment = "--task mnist"
+    else:
+        args += ["--batch-size", "32"]
+        fragment = "--batch-size 64"
+    before = _digest(ckpt)
+    proc = run_cmd([sys.executable, "run.py", *args], timeout=120, env=child_env(tmp_path), expect_rc=None)
+    assert_one_line_error(proc, fragment)
+    assert _digest(ckpt) == before
+    assert not (tmp_path / "b.json").exists()
