@@ -5,8 +5,10 @@ PY := .venv/bin/python
 setup:
 	@bash scripts/setup_env.sh
 
+# The main job, offline: every backend at world sizes 1 and 2 on MNIST; prints the table, leaves the report
+# in a new results/demo-<time>/ folder.
 demo: setup
-	$(PY) run.py --backend single
+	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 1,2 --max-steps 150 --out results/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(PY) -m pytest -q

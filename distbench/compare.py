@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -54,8 +55,13 @@ def plan_runs(backends: list[str], nprocs: list[int], threads: int | None) -> li
 
 
 def _tail(text: str, n: int = 12) -> str:
+    """The last lines of a failed run's log, ending with the most telling one: distbench's own one-line
+    error if there is one, else the last exception line, else the last line (launchers add pages of
+    their own failure reports after the cause)."""
     lines = [line for line in text.splitlines() if line.strip()]
-    return "\n".join(lines[-n:])
+    cause = [line for line in lines if re.search(r"(^|:)error: ", line)]
+    cause = cause or [line for line in lines if re.match(r"^(\[\w+\]:?\s*(<stderr>:)?)?\w*(Error|Exception): ", line)]
+    return "\n".join(lines[-n:] + cause[-1:])
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -128,6 +134,8 @@ def compare(
         raise UserError(f"--threads must be positive, got {threads}")
     if data_dir is not None and not data_dir.is_dir():
         raise UserError(f"--data-dir {data_dir} does not exist")
+    if (out / "results.jsonl").exists():
+        raise UserError(f"{out} already holds a sweep (results.jsonl); choose another --out (nothing is overwritten)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
     base_args = ["--task", task.value, "--seed", str(seed), "--no-progress"]
@@ -170,8 +178,9 @@ def compare(
         _write_report(out)
         raise typer.Exit(130) from None
     print(f"sweep done in {time.time() - t0:.0f} s", file=sys.stderr)
-    table = _write_report(out)
-    print(table)
+    report_md = _write_report(out)
+    print(report_md.split("## Environment")[0].rstrip())
+    print(f"\nreport: {out / 'report.md'} (plots, summary.csv and results.jsonl beside it)")
 
 
 def _display(cmd: list[str]) -> list[str]:

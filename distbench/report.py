@@ -138,7 +138,9 @@ def plots(records: list[dict], plot_dir: Path) -> None:
         bottom = [0.0] * len(mine)
         for part in ("data_ms", "forward_backward_ms", "optimizer_ms"):
             vals = [r.get(part) or 0.0 for r in mine]
-            ax.bar(labels, vals, bottom=bottom, label=part.removesuffix("_ms").replace("_", "+"))
+            name = {"data_ms": "data", "forward_backward_ms": "forward+backward (DDP: + overlapped sync)",
+                    "optimizer_ms": "optimizer step (Horovod: + gradient wait)"}[part]  # fmt: skip
+            ax.bar(labels, vals, bottom=bottom, label=name)
             bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
         ax.set(ylabel="ms per step (main process)", title=f"{task}: step-time breakdown")
         ax.tick_params(axis="x", labelsize=7)

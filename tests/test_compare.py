@@ -46,6 +46,11 @@ def test_small_compare_writes_every_report_file(tmp_path):
     run_cmd([sys.executable, "run.py", "report", str(out)], timeout=120, env=child_env(tmp_path))
     assert (out / "report.md").read_text() == report
 
+    # a second sweep into the same folder is refused: nothing already written is lost
+    proc = run_cmd(cmd, timeout=120, env=child_env(tmp_path), expect_rc=2)
+    assert "already holds a sweep" in proc.stderr
+    assert len((out / "results.jsonl").read_text().splitlines()) == 3
+
 
 def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
     out = tmp_path / "cmp"

@@ -1,0 +1,28 @@
+"""Smoke tests of the benchmark scripts, so they do not rot. No speed assertions: only that they run
+end to end and write their tables."""
+
+import sys
+
+import pytest
+
+from tests.helpers import ROOT, child_env, run_cmd
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
+
+
+def test_overhead_benchmark_runs_every_backend(tmp_path):
+    out = tmp_path / "perf.md"
+    run_cmd([sys.executable, "benchmarks/overhead.py", "--pairs", "1", "--steps", "12", "--world-sizes", "2",
+             "--out", str(out)], timeout=560, env=child_env(tmp_path))  # fmt: skip
+    text = out.read_text()
+    for backend in ("ddp", "accelerate", "horovod"):
+        assert f"| {backend} | 2 | 1 |" in text
+    assert "Scaling" in text and "Start-up" in text
+
+
+def test_accuracy_benchmark_runs(tmp_path):
+    out = tmp_path / "acc.md"
+    run_cmd([sys.executable, "benchmarks/accuracy.py", "--seeds", "0", "--backends", "single,ddp", "--epochs", "1",
+             "--out", str(out)], timeout=300, env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
+    text = out.read_text()
+    assert "| single | 1 | 0 |" in text and "| ddp | 2 | 0 |" in text
