@@ -81,7 +81,8 @@ class Backend:
         launcher = launcher_from_env(env)
         if launcher not in cls.launchers:
             raise UserError(
-                f"--backend {cls.name} was started by {launcher}, which it cannot join; start it with: {cls.launch_hint}"
+                f"--backend {cls.name} was started by {launcher}, which it cannot join; "
+                f"start it with: {cls.launch_hint}"
             )
 
     @property

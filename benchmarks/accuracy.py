@@ -64,7 +64,9 @@ def main(
     for backend, world, seed, accs, sps, ttt in rows:
         per_epoch = " ".join(f"{a:.3f}" for a in accs)
         reached = f"yes ({ttt:.1f} s)" if ttt is not None else "no"
-        lines.append(f"| {backend} | {world} | {seed} | {per_epoch} | {max(accs):.3f} | {accs[-1]:.3f} | {reached} | {sps:.0f} |")
+        lines.append(
+            f"| {backend} | {world} | {seed} | {per_epoch} | {max(accs):.3f} | {accs[-1]:.3f} | {reached} | {sps:.0f} |"
+        )
     lines += ["", "Median over seeds:", "", "| backend | world | median best | median final | runs reaching target |",
               "|---|---|---|---|---|"]  # fmt: skip
     for backend in backends.split(","):

@@ -1,6 +1,6 @@
 """Run every bad input we guard against and print a markdown table of what the user sees.
 
-    python benchmarks/bad_inputs.py > docs/bad-inputs.md
+python benchmarks/bad_inputs.py > docs/bad-inputs.md
 """
 
 from __future__ import annotations
@@ -19,7 +19,12 @@ MR = ROOT.parent / "shared" / "data" / "rt-polarity"
 def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
     (tmp / "empty").mkdir()
     (tmp / "corrupt").mkdir()
-    for name in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
         (tmp / "corrupt" / name).write_bytes(b"\x00\x00\x08\x03" + b"\x00" * 20)
     (tmp / "mr-missing").mkdir()
     (tmp / "mr-missing" / "rt-polarity.pos").write_text("good\n")
@@ -38,8 +43,11 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
         ("non-positive learning rate", ["--lr", "-0.1"], {}),
         ("non-positive epochs", ["--epochs", "0"], {}),
         ("not a number", ["--epochs", "two"], {}),
-        ("batch not divisible by world size (torchrun, 3 processes)", ["--backend", "ddp", "--batch-size", "64"],
-         dict(RANK="0", WORLD_SIZE="3", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x")),
+        (
+            "batch not divisible by world size (torchrun, 3 processes)",
+            ["--backend", "ddp", "--batch-size", "64"],
+            dict(RANK="0", WORLD_SIZE="3", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x"),
+        ),
         ("--data-dir does not exist", ["--data-dir", "/nope"], {}),
         ("--data-dir without MNIST files", ["--data-dir", str(tmp / "empty")], {}),
         ("corrupt MNIST IDX files", ["--data-dir", str(tmp / "corrupt")], {}),

@@ -115,7 +115,9 @@ def main(
         "|---|---|---|---|---|---|---|",
     ]
     for backend, n, t, h, o, r, rs in rows:
-        lines.append(f"| {backend} | {n} | {t} | {h:.0f} | {o:.0f} | **{r:.3f}** | {' '.join(f'{x:.3f}' for x in rs)} |")
+        lines.append(
+            f"| {backend} | {n} | {t} | {h:.0f} | {o:.0f} | **{r:.3f}** | {' '.join(f'{x:.3f}' for x in rs)} |"
+        )
     base = statistics.median(scaling["single_sps"])
     lines += ["", "## Scaling: world size 2, 1 thread per process, against twice `single` with 1 thread", "",
               f"`single` x1 t1: {base:.0f} samples/s (median).", "",

@@ -152,4 +152,3 @@ def pad_collate(samples: list[tuple[list[int], int]], pad_id: int = 0) -> dict[s
         mask[row, : len(ids)] = 1
     labels = torch.tensor([label for _, label in samples], dtype=torch.long)
     return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
-

@@ -46,7 +46,7 @@ def load(path: Path, config: dict, world_size: int) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, wrong format, disallowed pickle: all "unreadable"
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
         raise UserError(f"checkpoint {path} is corrupt or not a distbench checkpoint ({first[:160]})") from e
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise UserError(f"checkpoint {path} is not a distbench checkpoint (format {FORMAT})")

@@ -37,7 +37,9 @@ Other commands: `run.py compare --help` (run the backend x world-size matrix), `
 train_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
 
-@train_app.command(help="Train one task under one data-parallel backend and write a results record.", epilog=LAUNCH_HELP)
+@train_app.command(
+    help="Train one task under one data-parallel backend and write a results record.", epilog=LAUNCH_HELP
+)
 def train(
     backend: Annotated[BackendName, typer.Option(help="Data-parallel backend.")] = BackendName.single,
     task: Annotated[TaskName, typer.Option(help="Task to train.")] = TaskName.mnist,
@@ -51,21 +53,29 @@ def train(
     dropout: Annotated[
         float | None, typer.Option(help="Override the task's dropout probabilities; 0 turns dropout off.")
     ] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Dataset folder (MNIST IDX files or rt-polarity.pos/.neg).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Dataset folder (MNIST IDX files or rt-polarity.pos/.neg).")
+    ] = None,
     model: Annotated[
         str | None, typer.Option(help="bert-sentiment: Hugging Face id or local path (default: bundled MiniLM-L6).")
     ] = None,
     max_length: Annotated[int, typer.Option(help="bert-sentiment: truncate sentences to this many tokens.")] = 128,
     precision: Annotated[Precision, typer.Option(help="fp32, or bf16 autocast.")] = Precision.fp32,
-    schedule: Annotated[bool, typer.Option(help="bert-sentiment: linear warm-up/decay learning-rate schedule.")] = False,
+    schedule: Annotated[
+        bool, typer.Option(help="bert-sentiment: linear warm-up/decay learning-rate schedule.")
+    ] = False,
     warmup_ratio: Annotated[float, typer.Option(help="Fraction of steps to warm up over (with --schedule).")] = 0.1,
     output: Annotated[Path, typer.Option(help=".jsonl: append the record; .json: write one record.")] = Path(
         "results/runs.jsonl"
     ),
     force: Annotated[bool, typer.Option(help="Allow overwriting an existing .json --output.")] = False,
-    threads: Annotated[int | None, typer.Option(help="Intra-op threads per process (default: cores / processes).")] = None,
+    threads: Annotated[
+        int | None, typer.Option(help="Intra-op threads per process (default: cores / processes).")
+    ] = None,
     log_every: Annotated[int, typer.Option(help="Update the progress bar every N steps.")] = 10,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Progress bar on the main process.")] = True,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", help="Progress bar on the main process.")
+    ] = True,
     eval_batch_size: Annotated[int, typer.Option(help="Per-process evaluation batch size.")] = 256,
     timeout_s: Annotated[int, typer.Option(help="Collective/rendezvous timeout: a dead rank stops the rest.")] = 300,
     target_accuracy: Annotated[

@@ -74,8 +74,11 @@ def evaluate(task: Task, model, loader, backend: Backend) -> dict:
     model.train(was_training)
     totals = backend.all_reduce(totals.to(backend.device), "sum").cpu()
     loss_sum, correct, count = totals.tolist()
-    return {"accuracy": correct / count if count else float("nan"), "loss": loss_sum / count if count else float("nan"),
-            "count": int(round(count))}
+    return {
+        "accuracy": correct / count if count else float("nan"),
+        "loss": loss_sum / count if count else float("nan"),
+        "count": int(round(count)),
+    }
 
 
 def _inject_fault(rank: int, step: int) -> None:

@@ -75,10 +75,13 @@ def markdown(records: list[dict], sweeps: list[dict], plot_dir: str) -> str:
                 f"| {r['backend']} | {r['world_size']} | {r['threads_per_process']} | {r['samples_per_sec']:.1f} | "
                 f"{_fmt(r.get('speedup'), '.2f')} | {_fmt(r.get('scaling_efficiency'), '.2f')} | "
                 f"{r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | {r['eval_accuracy']:.4f} ({r['eval_count']}) | "
-                f"{r['final_loss']:.4f} | {r['peak_rss_mb']:.0f} | {_fmt(r.get('launch_to_first_step_s'), '.1f')} | ok |"
+                f"{r['final_loss']:.4f} | {r['peak_rss_mb']:.0f} | "
+                f"{_fmt(r.get('launch_to_first_step_s'), '.1f')} | ok |"
             )
-        lines += ["", f"![throughput]({plot_dir}/{task}-throughput.png) ![efficiency]({plot_dir}/{task}-efficiency.png)",
-                  "", f"![loss curves]({plot_dir}/{task}-loss.png) ![step breakdown]({plot_dir}/{task}-breakdown.png)",
+        pics = [
+            f"![{name}]({plot_dir}/{task}-{name}.png)" for name in ("throughput", "efficiency", "loss", "breakdown")
+        ]
+        lines += ["", " ".join(pics[:2]), "", " ".join(pics[2:]),
                   ""]  # fmt: skip
     lines += [
         "Speed-up and efficiency are against `single` at world size 1 with the same threads per process "
@@ -89,8 +92,10 @@ def markdown(records: list[dict], sweeps: list[dict], plot_dir: str) -> str:
     ok = [r for r in records if r["status"] == "ok"]
     if ok:
         env = ok[0]["environment"]
-        lines += ["## Environment", ""] + [f"- {k}: {env.get(k)}" for k in
-                  ("torch", "accelerate", "horovod", "transformers", "python", "platform", "cpu_count", "device")]
+        lines += ["## Environment", ""] + [
+            f"- {k}: {env.get(k)}"
+            for k in ("torch", "accelerate", "horovod", "transformers", "python", "platform", "cpu_count", "device")
+        ]
         threads = sorted({r["threads_per_process"] for r in records})
         lines += [f"- threads per process: {', '.join(map(str, threads))} (intra-op, set per run)", ""]
     lines += ["## Commands", ""]

