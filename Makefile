@@ -16,6 +16,11 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m "not multiproc"
 
+# Benchmarks (minutes; run on a quiet machine): results are written to docs/.
+bench: setup
+	$(PY) benchmarks/accuracy.py
+	$(PY) benchmarks/overhead.py
+
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .
 

@@ -73,6 +73,12 @@ class AccelerateBackend(Backend):
     def backward(self, loss: torch.Tensor) -> None:
         self.accelerator.backward(loss)
 
+    def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:
+        if max_grad_norm is not None:
+            # Accelerate: its clip_grad_norm_ unscales mixed-precision gradients first.
+            self.accelerator.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+
     def unwrap(self, model: nn.Module) -> nn.Module:
         return self.accelerator.unwrap_model(model)
 

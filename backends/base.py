@@ -125,6 +125,12 @@ class Backend:
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
 
+    def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:
+        """Clip the (already averaged) gradients to max_grad_norm when given, then step."""
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model
 

@@ -47,6 +47,17 @@ class HorovodBackend(Backend):
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
         return model, optimizer, train_loader
 
+    def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:
+        if max_grad_norm is None:
+            optimizer.step()  # Horovod: waits for the gradient all-reduces, then steps
+            return
+        # Horovod: the all-reduces run asynchronously during backward; wait for them before clipping,
+        # then step without synchronising a second time.
+        optimizer.synchronize()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        with optimizer.skip_synchronize():
+            optimizer.step()
+
     def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
         if self.world_size == 1:
             return t

@@ -18,8 +18,10 @@ from distbench.errors import UserError
 FILENAME = "checkpoint.pt"
 FORMAT = 1
 # Options that must match for a resumed run to continue the same optimisation.
-MUST_MATCH = ("task", "model", "batch_size", "seed", "lr", "dropout", "max_length", "precision", "schedule",
-              "warmup_ratio")  # fmt: skip
+MUST_MATCH = (
+    "task", "model", "batch_size", "seed", "lr", "dropout", "max_length", "precision", "schedule",
+    "max_grad_norm", "warmup_ratio",
+)  # fmt: skip
 
 
 def path_in(directory: Path) -> Path:

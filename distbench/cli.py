@@ -62,8 +62,12 @@ def train(
     max_length: Annotated[int, typer.Option(help="bert-sentiment: truncate sentences to this many tokens.")] = 128,
     precision: Annotated[Precision, typer.Option(help="fp32, or bf16 autocast.")] = Precision.fp32,
     schedule: Annotated[
-        bool, typer.Option(help="bert-sentiment: linear warm-up/decay learning-rate schedule.")
-    ] = False,
+        bool | None,
+        typer.Option("--schedule/--no-schedule", help="Linear warm-up/decay schedule (default: on for bert)."),
+    ] = None,
+    max_grad_norm: Annotated[
+        float | None, typer.Option(help="Clip gradients to this norm (default: bert 1.0, mnist none).")
+    ] = None,
     warmup_ratio: Annotated[float, typer.Option(help="Fraction of steps to warm up over (with --schedule).")] = 0.1,
     output: Annotated[Path, typer.Option(help=".jsonl: append the record; .json: write one record.")] = Path(
         "results/runs.jsonl"
@@ -89,7 +93,7 @@ def train(
     cfg = RunConfig(
         backend=backend.value, task=task.value, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
         seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, precision=precision.value,
-        schedule=schedule, warmup_ratio=warmup_ratio, output=output, force=force, threads=threads,
+        schedule=schedule, max_grad_norm=max_grad_norm, warmup_ratio=warmup_ratio, output=output, force=force, threads=threads,
         log_every=log_every, progress=progress, eval_batch_size=eval_batch_size, timeout_s=timeout_s,
         target_accuracy=target_accuracy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
     )  # fmt: skip

@@ -42,7 +42,8 @@ class RunConfig:
     max_length: int = 128
     precision: str = "fp32"
     warmup_ratio: float = 0.1  # bert-sentiment: linear warm-up over this fraction of steps, then linear decay
-    schedule: bool = False  # bert-sentiment: use the linear warm-up/decay schedule
+    schedule: bool | None = None  # linear warm-up/decay schedule (None: the task's default, on for bert)
+    max_grad_norm: float | None = None  # clip gradients to this norm (None: the task's default, 1.0 for bert)
     output: Path = Path("results/runs.jsonl")
     force: bool = False
     threads: int | None = None  # intra-op threads per process; None: cores / local processes
@@ -55,13 +56,9 @@ class RunConfig:
     checkpoint_every: int = 100  # global steps
     extra: dict = field(default_factory=dict)
 
-    def with_task_defaults(self, epochs: int, batch_size: int, lr: float) -> RunConfig:
-        return replace(
-            self,
-            epochs=self.epochs if self.epochs is not None else epochs,
-            batch_size=self.batch_size if self.batch_size is not None else batch_size,
-            lr=self.lr if self.lr is not None else lr,
-        )
+    def with_task_defaults(self, **defaults) -> RunConfig:
+        """Fill the options left unset (None) with the task's defaults."""
+        return replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -103,6 +100,8 @@ def validate(cfg: RunConfig, world_size: int) -> None:
         raise UserError(f"--max-length must be between 8 and 512, got {cfg.max_length}")
     if not 0.0 <= cfg.warmup_ratio < 1.0:
         raise UserError(f"--warmup-ratio must be in [0, 1), got {cfg.warmup_ratio}")
+    if cfg.max_grad_norm is not None and not cfg.max_grad_norm > 0:
+        raise UserError(f"--max-grad-norm must be positive, got {cfg.max_grad_norm}")
     if cfg.threads is not None and cfg.threads <= 0:
         raise UserError(f"--threads must be positive, got {cfg.threads}")
     if cfg.log_every <= 0:

@@ -182,7 +182,7 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
                 loss = task.step(model, batch)
             backend.backward(loss)
             t2 = time.perf_counter()
-            optimizer.step()
+            backend.optimizer_step(model, optimizer, cfg.max_grad_norm)
             if scheduler is not None:
                 scheduler.step()
             t3 = time.perf_counter()

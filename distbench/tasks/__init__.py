@@ -19,9 +19,6 @@ from distbench.errors import UserError
 
 class Task(Protocol):
     name: str
-    default_epochs: int
-    default_batch_size: int
-    default_lr: float
 
     def build_model(self) -> nn.Module: ...
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer: ...
@@ -34,13 +31,17 @@ class Task(Protocol):
 
 
 TASKS = {"mnist": "distbench.tasks.mnist:MnistTask", "bert-sentiment": "distbench.tasks.bert:BertSentimentTask"}
-DEFAULTS = {"mnist": (5, 64, 0.5), "bert-sentiment": (1, 32, 5e-5)}  # epochs, global batch, lr
+DEFAULTS = {
+    "mnist": {"epochs": 5, "batch_size": 64, "lr": 0.5, "schedule": False},
+    # the usual BERT fine-tuning recipe: AdamW, linear warm-up/decay, gradient clipping at 1.0
+    "bert-sentiment": {"epochs": 1, "batch_size": 32, "lr": 5e-5, "schedule": True, "max_grad_norm": 1.0},
+}
 
 
 def with_defaults(cfg: RunConfig) -> RunConfig:
     if cfg.task not in DEFAULTS:
         raise UserError(f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
-    return cfg.with_task_defaults(*DEFAULTS[cfg.task])
+    return cfg.with_task_defaults(**DEFAULTS[cfg.task])
 
 
 def build_task(cfg: RunConfig) -> Task:
