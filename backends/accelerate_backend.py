@@ -14,10 +14,11 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from backends.base import Backend, _own_generator
+from backends.ddp import bucket_cap_mb
 from distbench.sharding import GlobalBatchSampler
 
 try:
-    from accelerate import Accelerator, DataLoaderConfiguration, InitProcessGroupKwargs
+    from accelerate import Accelerator, DataLoaderConfiguration, DistributedDataParallelKwargs, InitProcessGroupKwargs
 except ImportError as e:  # pragma: no cover - exercised only where accelerate is missing
     from distbench.errors import BackendUnavailable
 
@@ -44,7 +45,14 @@ class AccelerateBackend(Backend):
             # Accelerate: without a GPU, only cpu=True makes a multi-process launch a gloo group
             # (otherwise every process silently runs alone with world size 1).
             cpu=not torch.cuda.is_available(),
-            kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=self.timeout_s))],
+            kwargs_handlers=[
+                InitProcessGroupKwargs(timeout=timedelta(seconds=self.timeout_s)),
+                # Accelerate wraps the model in DDP: the same bucket settings as the ddp backend.
+                DistributedDataParallelKwargs(
+                    gradient_as_bucket_view=True,
+                    bucket_cap_mb=bucket_cap_mb(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
+                ),
+            ],
         )
         acc = self.accelerator
         self.rank, self.world_size = acc.process_index, acc.num_processes
