@@ -62,13 +62,56 @@ def distbench_run(backend: str, n: int, steps: int, threads: int, tmp: Path) -> 
     return rec
 
 
+def ceiling(steps: int, tmp: Path) -> tuple[float, float]:
+    """What two processes can do on this machine with no communication at all: two independent
+    `single` runs (1 thread each) started together, their throughputs summed; and one alone."""
+    outs = [tmp / f"ceiling-{i}-{time.monotonic_ns()}.json" for i in range(2)]
+    args = lambda out: ["--max-steps", str(steps), "--threads", "1", "--no-progress", "--output", str(out)]  # noqa: E731
+    procs = [subprocess.Popen(command("single", 1, args(o)), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for o in outs]  # fmt: skip
+    for p in procs:
+        p.wait()
+    together = sum(json.loads(o.read_text())["samples_per_sec"] for o in outs)
+    alone = distbench_run("single", 1, steps, 1, tmp)["samples_per_sec"]
+    return together, alone
+
+
+def ceiling_section(pairs: int, steps: int) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = [ceiling(steps, Path(tmp)) for _ in range(pairs)]
+    together = statistics.median(r[0] for r in runs)
+    alone = statistics.median(r[1] for r in runs)
+    return [
+        "## Hardware ceiling for two processes",
+        "",
+        f"Produced by `python benchmarks/overhead.py --ceiling-only` (pairs={pairs}, steps={steps}): two independent "
+        "`single` runs with 1 thread each, started together (no communication at all), against one alone.",
+        "",
+        "| one process alone | two independent processes together | ratio to 2 x alone |",
+        "|---|---|---|",
+        f"| {alone:.0f} | {together:.0f} | **{together / (2 * alone):.3f}** |",
+        "",
+        "Per run: " + ", ".join(f"{t:.0f} vs 2 x {a:.0f}" for t, a in runs),
+        "",
+    ]
+
+
 def main(
     pairs: Annotated[int, typer.Option(help="A/B pairs per configuration.")] = 3,
     steps: Annotated[int, typer.Option(help="Training steps per run (5 of them warm-up).")] = 300,
     out: Annotated[Path, typer.Option()] = ROOT / "docs" / "performance.md",
     backends: Annotated[str, typer.Option()] = "ddp,accelerate,horovod",
     world_sizes: Annotated[str, typer.Option()] = "1,2",
+    ceiling_only: Annotated[
+        bool, typer.Option(help="Only measure the two-process ceiling; append it to --out.")
+    ] = False,
 ) -> None:
+    if ceiling_only:
+        section = ceiling_section(pairs, steps)
+        with open(out, "a", encoding="utf-8") as f:
+            f.write("\n" + "\n".join(section))
+        print("\n".join(section))
+        return
     cores = os.cpu_count() or 1
     rows, startup = [], {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,6 +175,7 @@ def main(
     for backend, vals in startup.items():
         if vals:
             lines.append(f"| {backend} | {statistics.median(vals):.1f} | {max(vals):.1f} |")
+    lines += [""] + ceiling_section(pairs, steps)
     out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

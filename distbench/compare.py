@@ -203,4 +203,7 @@ def report(
     for d in dirs:
         if not (d / "results.jsonl").is_file():
             raise UserError(f"{d} holds no results.jsonl (was it written by `run.py compare`?)")
-    print(__import__("distbench.report", fromlist=["write_report"]).write_report(dirs, out or dirs[0]))
+    from distbench.report import write_report
+
+    built_by = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(write_report(dirs, out or dirs[0], built_by))

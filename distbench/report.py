@@ -57,9 +57,11 @@ def _fmt(v, spec: str) -> str:
     return "—" if v is None or v == "" else format(v, spec)
 
 
-def markdown(records: list[dict], sweeps: list[dict], plot_dir: str) -> str:
+def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: str | None = None) -> str:
     table_rows = rows(records)
     lines = ["# distbench comparison", ""]
+    if built_by:
+        lines += [f"Built by `{built_by}` from the sweeps listed under Commands.", ""]
     for task in dict.fromkeys(r["task"] for r in records):
         mine = [r for r in table_rows if r["task"] == task]
         lines += [f"## {task}", "",
@@ -155,7 +157,7 @@ def plots(records: list[dict], plot_dir: Path) -> None:
         plt.close(fig)
 
 
-def write_report(dirs: list[Path], out: Path) -> str:
+def write_report(dirs: list[Path], out: Path, built_by: str | None = None) -> str:
     """Write summary.csv, the markdown report and plots; returns the markdown.
 
     `out` is a folder (report.md inside it) or a .md path (plots and CSV in the folder of the same stem).
@@ -172,6 +174,6 @@ def write_report(dirs: list[Path], out: Path) -> str:
         writer.writerows(rows(records))
     plots(records, plot_dir)
     rel = plot_dir.relative_to(md_path.parent) if plot_dir != md_path.parent else Path(".")
-    text = markdown(records, sweeps, str(rel))
+    text = markdown(records, sweeps, str(rel), built_by)
     md_path.write_text(text, encoding="utf-8")
     return text
