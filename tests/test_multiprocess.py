@@ -5,7 +5,8 @@ import sys
 import pytest
 
 from distbench.reporter import read_records
-from tests.helpers import BIN, launch, read_record, run_cmd
+from distbench.launchers import BIN
+from tests.helpers import launch, read_record, run_cmd
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]
 COMMON = ["--no-progress", "--threads", "1"]
