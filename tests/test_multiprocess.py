@@ -4,8 +4,8 @@ import sys
 
 import pytest
 
-from distbench.reporter import read_records
 from distbench.launchers import BIN
+from distbench.reporter import read_records
 from tests.helpers import launch, read_record, run_cmd
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]
