@@ -63,10 +63,10 @@ def train(
     precision: Annotated[Precision, typer.Option(help="fp32, or bf16 autocast.")] = Precision.fp32,
     schedule: Annotated[
         bool | None,
-        typer.Option("--schedule/--no-schedule", help="Linear warm-up/decay schedule (default: on for bert)."),
+        typer.Option("--schedule/--no-schedule", help="bert-sentiment: linear warm-up/decay schedule (default on)."),
     ] = None,
     max_grad_norm: Annotated[
-        float | None, typer.Option(help="Clip gradients to this norm (default: bert 1.0, mnist none).")
+        float | None, typer.Option(help="Clip gradients to this norm (default: bert-sentiment 1.0, mnist none).")
     ] = None,
     warmup_ratio: Annotated[float, typer.Option(help="Fraction of steps to warm up over (with --schedule).")] = 0.1,
     output: Annotated[Path, typer.Option(help=".jsonl: append the record; .json: write one record.")] = Path(
