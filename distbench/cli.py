@@ -107,7 +107,8 @@ def _invoke(app: typer.Typer, args: list[str], prog: str) -> int:
     exit_types = (typer.Exit, click.exceptions.Exit)
     usage_types = (typer.TyperException, click.ClickException)
     try:
-        app(args=args, prog_name=prog, standalone_mode=False)
+        # without standalone mode, click returns an Exit's code (e.g. 130 after Ctrl-C) instead of raising
+        rv = app(args=args, prog_name=prog, standalone_mode=False)
     except exit_types as e:  # --help
         return e.exit_code
     except (typer.Abort, click.exceptions.Abort, KeyboardInterrupt):
@@ -121,7 +122,7 @@ def _invoke(app: typer.Typer, args: list[str], prog: str) -> int:
         if _is_main_process():
             print(f"error: {e}", file=sys.stderr)
         return e.exit_code
-    return 0
+    return rv if isinstance(rv, int) else 0
 
 
 def _is_main_process() -> bool:

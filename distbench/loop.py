@@ -282,13 +282,13 @@ def run(cfg: RunConfig) -> dict:
         # checked before any process group starts: a bad checkpoint is one line, exit 2
         resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict(), env_world_size())
     backend = backend_cls(precision=cfg.precision, timeout_s=cfg.timeout_s)
-    try:
-        backend.setup()
-        torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
-        reporter = Reporter(backend.is_main, cfg.progress)
-        record = train(task, backend, cfg, threads, reporter, resume)
-        reporter.write_record(record, cfg.output)
-        reporter.summary(record, cfg.output)
-        return record
-    finally:
-        backend.teardown()
+    backend.setup()
+    torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
+    # No teardown when training fails: destroying a process group whose peer died can block, and a
+    # blocked worker keeps torchrun from restarting the group. Process exit releases everything.
+    reporter = Reporter(backend.is_main, cfg.progress)
+    record = train(task, backend, cfg, threads, reporter, resume)
+    reporter.write_record(record, cfg.output)
+    reporter.summary(record, cfg.output)
+    backend.teardown()
+    return record

@@ -17,7 +17,8 @@ COLUMNS = [
 def load(dirs: list[Path]) -> tuple[list[dict], list[dict]]:
     records, sweeps = [], []
     for d in dirs:
-        lines = (d / "results.jsonl").read_text(encoding="utf-8").splitlines()
+        path = d / "results.jsonl"
+        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []  # interrupted before any
         records += [json.loads(line) for line in lines if line.strip()]
         if (d / "sweep.json").is_file():
             sweeps.append(json.loads((d / "sweep.json").read_text()))

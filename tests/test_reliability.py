@@ -40,8 +40,9 @@ def _resume_run(tmp_path, name, backend="ddp", launcher=None, fault=None, elasti
             "--checkpoint-every", "10", "--output", str(out), "--force"]  # fmt: skip
     cmd = launch(backend, 2, args, launcher)
     if elastic:
-        # restarts need torchrun's dynamic (c10d) rendezvous; a static --master_port one hangs on restart
-        cmd = [str(BIN / "torchrun"), "--max-restarts=1", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
+        # restarts need the c10d rendezvous (a static --master_port hangs on restart); a restarted group
+        # occasionally fails once more while the old one shuts down, so allow a few restarts, as jobs do
+        cmd = [str(BIN / "torchrun"), "--max-restarts=3", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
                "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "run.py", "--backend", backend, *args]  # fmt: skip
     env = child_env(tmp_path, **({"DISTBENCH_FAULT": fault} if fault else {}))
     return cmd, env, out
