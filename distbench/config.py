@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 
@@ -54,7 +54,6 @@ class RunConfig:
     target_accuracy: float | None = None
     checkpoint_dir: Path | None = None  # resume automatically when it holds a checkpoint
     checkpoint_every: int = 100  # global steps
-    extra: dict = field(default_factory=dict)
 
     def with_task_defaults(self, **defaults) -> RunConfig:
         """Fill the options left unset (None) with the task's defaults."""
