@@ -27,11 +27,6 @@ except ImportError as e:  # pragma: no cover - exercised only where accelerate i
 
 class AccelerateBackend(Backend):
     name = "accelerate"
-    launch_hint = "accelerate launch --multi_gpu --num_processes N run.py --backend accelerate"
-    launch_hint_multinode = (
-        "accelerate launch --multi_gpu --num_machines 2 --machine_rank R --main_process_ip HOST0 "
-        "--main_process_port 29500 --num_processes TOTAL run.py --backend accelerate"
-    )
     launchers = ("accelerate launch", "torchrun", "env (RANK/WORLD_SIZE)", "python")
 
     def setup(self) -> None:

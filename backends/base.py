@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from backends import LAUNCH
 from distbench.errors import UserError
 from distbench.sharding import EvalShardSampler, GlobalBatchSampler
 
@@ -61,9 +62,6 @@ class Backend:
     """
 
     name: ClassVar[str] = "base"
-    # How to start this backend with N processes on one machine and on several machines.
-    launch_hint: ClassVar[str] = ""
-    launch_hint_multinode: ClassVar[str] = ""
     # The launchers that may start this backend (see launcher_from_env).
     launchers: ClassVar[tuple[str, ...]] = ("python",)
 
@@ -82,7 +80,7 @@ class Backend:
         if launcher not in cls.launchers:
             raise UserError(
                 f"--backend {cls.name} was started by {launcher}, which it cannot join; "
-                f"start it with: {cls.launch_hint}"
+                f"start it with: {LAUNCH[cls.name][0]}"
             )
 
     @property

@@ -33,10 +33,6 @@ def bucket_cap_mb(device: torch.device) -> float:
 
 class DDPBackend(Backend):
     name = "ddp"
-    launch_hint = "torchrun --nproc_per_node N run.py --backend ddp"
-    launch_hint_multinode = (
-        "torchrun --nnodes 2 --nproc_per_node N --rdzv-backend c10d --rdzv-endpoint HOST0:29400 run.py --backend ddp"
-    )
     launchers = ("torchrun", "env (RANK/WORLD_SIZE)", "python")
 
     def setup(self) -> None:

@@ -21,8 +21,6 @@ except ImportError as e:  # pragma: no cover - exercised only where horovod is m
 
 class HorovodBackend(Backend):
     name = "horovod"
-    launch_hint = "horovodrun -np N python run.py --backend horovod"
-    launch_hint_multinode = "horovodrun -np 8 -H host1:4,host2:4 python run.py --backend horovod"
     launchers = ("horovodrun", "python")
 
     def setup(self) -> None:

@@ -12,8 +12,6 @@ from distbench.errors import UserError
 
 class SingleBackend(Backend):
     name = "single"
-    launch_hint = "python run.py --backend single"
-    launch_hint_multinode = "(one process only)"
     launchers = ("python",)
 
     @classmethod

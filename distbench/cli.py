@@ -13,26 +13,14 @@ from typing import Annotated
 import click
 import typer
 
+from backends import launch_help
 from distbench.config import BackendName, Precision, RunConfig, TaskName
 from distbench.errors import UserError
 
-LAUNCH_HELP = """
-Launch commands (N processes on one machine; several machines):
-
-  single      python run.py --backend single
-
-  ddp         torchrun --nproc_per_node N run.py --backend ddp
-              torchrun --nnodes 2 --nproc_per_node N --rdzv-backend c10d --rdzv-endpoint HOST0:29400 run.py --backend ddp
-
-  accelerate  accelerate launch --multi_gpu --num_processes N run.py --backend accelerate
-              (also: torchrun --nproc_per_node N run.py --backend accelerate)
-              accelerate launch --multi_gpu --num_machines 2 --machine_rank R --main_process_ip HOST0 --main_process_port 29500 --num_processes TOTAL run.py --backend accelerate
-
-  horovod     horovodrun -np N python run.py --backend horovod
-              horovodrun -np 8 -H host1:4,host2:4 python run.py --backend horovod
-
-Other commands: `run.py compare --help` (run the backend x world-size matrix), `run.py report DIR`.
-"""
+LAUNCH_HELP = (
+    launch_help()
+    + "Other commands: `run.py compare --help` (run the backend x world-size matrix), `run.py report DIR`.\n"
+)
 
 train_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
