@@ -64,6 +64,10 @@ def train(
     threads: Annotated[
         int | None, typer.Option(help="Intra-op threads per process (default: cores / processes).")
     ] = None,
+    pin_cores: Annotated[
+        bool,
+        typer.Option("--pin-cores/--no-pin-cores", help="CPU, several processes: pin each to its own block of cores."),
+    ] = True,
     log_every: Annotated[int, typer.Option(help="Update the progress bar every N steps.")] = 10,
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", help="Progress bar on the main process.")
@@ -82,6 +86,7 @@ def train(
         backend=backend.value, task=task.value, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
         seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, precision=precision.value,
         schedule=schedule, max_grad_norm=max_grad_norm, warmup_ratio=warmup_ratio, output=output, force=force, threads=threads,
+        pin_cores=pin_cores,
         log_every=log_every, progress=progress, eval_batch_size=eval_batch_size, timeout_s=timeout_s,
         target_accuracy=target_accuracy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,
     )  # fmt: skip

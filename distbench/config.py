@@ -47,6 +47,7 @@ class RunConfig:
     output: Path = Path("results/runs.jsonl")
     force: bool = False
     threads: int | None = None  # intra-op threads per process; None: cores / local processes
+    pin_cores: bool = True  # CPU, several processes per machine: each computes on its own cores
     log_every: int = 10
     progress: bool = True
     eval_batch_size: int = 256

@@ -23,6 +23,7 @@ import distbench
 from backends import get_backend_class
 from backends.base import Backend, env_local_world_size, env_world_size, launcher_from_env
 from distbench import checkpoint
+from distbench.affinity import pin_process
 from distbench.config import RunConfig, default_threads, validate
 from distbench.reporter import Reporter
 from distbench.tasks import Task, build_task, with_defaults
@@ -47,7 +48,7 @@ def _version(pkg: str) -> str | None:
         return None
 
 
-def environment(backend: Backend, threads: int) -> dict:
+def environment(backend: Backend, threads: int, cores: list[int] | None = None) -> dict:
     return {
         "torch": torch.__version__,
         "accelerate": _version("accelerate"),
@@ -57,6 +58,7 @@ def environment(backend: Backend, threads: int) -> dict:
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "threads_per_process": threads,
+        "pinned_cores": cores,  # the main process's cores (see distbench/affinity.py); None: not pinned
         "device": str(backend.device),
         "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
     }
@@ -105,7 +107,7 @@ def peak_memory_mb(backend: Backend) -> float:
 
 
 def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: Reporter,
-          resume: dict | None = None) -> dict:  # fmt: skip
+          resume: dict | None = None, cores: list[int] | None = None) -> dict:  # fmt: skip
     """Train and evaluate on this process; returns the results record (complete on every rank)."""
     proc_start = psutil.Process().create_time()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -258,7 +260,7 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
         "time_to_target_s": time_to_target,
         "param_checksum": checksum,
         "dataset": info,
-        "environment": environment(backend, threads),
+        "environment": environment(backend, threads, cores),
         "launcher": launcher_from_env(),
         "precision": cfg.precision,
         "config": cfg.to_dict(),
@@ -284,10 +286,14 @@ def run(cfg: RunConfig) -> dict:
     backend = backend_cls(precision=cfg.precision, timeout_s=cfg.timeout_s)
     backend.setup()
     torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
+    # after setup, so that the libraries' communication threads started there are not pinned
+    cores = None
+    if cfg.pin_cores and backend.device.type == "cpu":
+        cores = pin_process(backend.local_rank, env_local_world_size(), threads)
     # No teardown when training fails: destroying a process group whose peer died can block, and a
     # blocked worker keeps torchrun from restarting the group. Process exit releases everything.
     reporter = Reporter(backend.is_main, cfg.progress)
-    record = train(task, backend, cfg, threads, reporter, resume)
+    record = train(task, backend, cfg, threads, reporter, resume, cores)
     reporter.write_record(record, cfg.output)
     reporter.summary(record, cfg.output)
     backend.teardown()

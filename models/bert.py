@@ -66,16 +66,19 @@ def build_classifier(spec: str | None, num_labels: int = 2, dropout: float | Non
     from transformers.utils import logging as hf_logging
 
     path = resolve_model(spec)
-    verbosity = hf_logging.get_verbosity()
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     # The encoder has no classification head; transformers reports it as newly initialised on every
-    # rank. That is the point of fine-tuning, so keep the log quiet.
+    # rank. That is the point of fine-tuning, so keep the log quiet; and no per-rank loading bar.
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         model: nn.Module = BertForSequenceClassification.from_pretrained(path, num_labels=num_labels, **overrides)
     except (OSError, ValueError) as e:
         raise UserError(_not_found(path, e)) from e
     finally:
         hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
     return model
 
 

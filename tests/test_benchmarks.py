@@ -26,3 +26,13 @@ def test_accuracy_benchmark_runs(tmp_path):
              "--out", str(out)], timeout=300, env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
     text = out.read_text()
     assert "| single | 1 | 0 |" in text and "| ddp | 2 | 0 |" in text
+
+
+def test_scaling_benchmark_runs_every_configuration(tmp_path):
+    out = tmp_path / "scaling.md"
+    run_cmd([sys.executable, "benchmarks/scaling.py", "--rounds", "1", "--steps", "5", "--out", str(out)],
+            timeout=400, env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
+    text = out.read_text()
+    for label in ("single, batch 32", "x2 independent", "x2 lockstep", "x2 ddp, global 128", "x2 horovod, global 64"):
+        assert f"| {label}" in text
+    assert text.count("| **") == 8  # an efficiency for every world-size-2 row

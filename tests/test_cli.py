@@ -109,6 +109,7 @@ def test_single_run_writes_a_complete_record(tmp_path):
     assert set(rec["environment"]) >= {"torch", "accelerate", "horovod", "transformers", "python", "cpu_count",
                                        "threads_per_process", "device"}  # fmt: skip
     assert rec["environment"]["threads_per_process"] == 1 and rec["launcher"] == "python"
+    assert rec["environment"]["pinned_cores"] is None  # one process: nothing to keep apart
     assert rec["step_time_ms"]["p50"] > 0 and rec["samples_per_sec"] > 0
     # a second run appends; the first record is kept
     run_py(["--max-steps", "2", "--output", str(out), "--no-progress"], tmp_path, expect_rc=0)

@@ -1,5 +1,6 @@
 """Real multi-process runs on CPU/gloo, started by each backend's own launcher, each with a timeout."""
 
+import os
 import sys
 
 import pytest
@@ -52,6 +53,9 @@ def test_two_processes(tmp_path, backend, launcher):
     rec = run_launch(tmp_path, backend, 2, ["--max-steps", "6"], launcher)
     assert rec["world_size"] == 2 and rec["per_rank_batch_size"] == 32 and rec["eval_count"] == 500
     assert rec["environment"]["threads_per_process"] == 1
+    # each process computes on its own core (the main process on the first it may use)
+    available = sorted(os.sched_getaffinity(0))
+    assert rec["environment"]["pinned_cores"] == (available[:1] if len(available) >= 2 else None)
 
 
 def test_exact_evaluation_at_world_size_3(tmp_path):

@@ -1,0 +1,181 @@
+"""Where DDP's scaling goes on this machine: the step of 2 processes taken apart, one cost at a time.
+
+    python benchmarks/scaling.py [--rounds 3] [--steps 300] [--out docs/scaling.md]
+
+Every configuration is the MNIST ConvNet with 1 thread per process, distbench's data path (digits decoded
+once, a batch fetched with one indexing operation) and Adadelta, timed over the same steady-state steps:
+
+  single b32 / b64     one process, batch 32 or 64: the per-process work of world size 2 at global batch
+                       64 (strong scaling) and 128 (weak scaling)
+  x2 independent       2 processes, no communication and no synchronisation at all
+  x2 lockstep          2 processes, no gradient communication, but a barrier after every step, so each
+                       step waits for the slower process (what any synchronous data-parallel step pays)
+  x2 ddp               2 processes under DistributedDataParallel as distbench runs it (1 MB buckets on CPU)
+  x2 ddp, global 128   the same at 64 samples per process (weak scaling)
+  x2 horovod           the same two under Horovod's DistributedOptimizer (horovodrun, gloo), one
+                       all-reduce per gradient as in Horovod's examples, and with all gradients in one
+                       grouped all-reduce (DistributedOptimizer(groups=1))
+
+Processes are pinned to a core each after the library's setup, as distbench does (distbench/affinity.py),
+except in the row marked "not pinned". Configurations run one after another, and the whole list repeats
+--rounds times (alternating, so a noisy minute hits all of them); the table holds medians. Efficiency is
+samples/s over twice `single` with the same per-process batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# (label, processes, mode, global batch, per-process baseline batch, pin each process to its own core)
+CONFIGS = [
+    ("single, batch 32", 1, "independent", 32, None, False),
+    ("single, batch 64", 1, "independent", 64, None, False),
+    ("x2 independent, 32 each", 2, "independent", 64, 32, True),
+    ("x2 lockstep (barrier per step), 32 each", 2, "lockstep", 64, 32, True),
+    ("x2 ddp, global 64, not pinned", 2, "ddp", 64, 32, False),
+    ("x2 ddp, global 64 (strong)", 2, "ddp", 64, 32, True),
+    ("x2 ddp, global 128 (weak)", 2, "ddp", 128, 64, True),
+    ("x2 horovod, global 64 (strong)", 2, "horovod", 64, 32, True),
+    ("x2 horovod, global 128 (weak)", 2, "horovod", 128, 64, True),
+    ("x2 horovod, one grouped all-reduce, global 64", 2, "horovod-grouped", 64, 32, True),
+]
+
+
+def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
+    """One process of a configuration (started by torchrun); rank 0 prints one JSON line."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from backends.ddp import bucket_cap_mb
+    from data.mnist import load_mnist
+    from distbench.affinity import pin_process
+    from models.convnet import ConvNet
+
+    if mode.startswith("horovod"):
+        import horovod.torch as hvd
+
+        hvd.init()
+        rank, world, barrier = hvd.rank(), hvd.size(), hvd.barrier
+    else:
+        dist.init_process_group("gloo")
+        rank, world, barrier = dist.get_rank(), dist.get_world_size(), dist.barrier
+    torch.set_num_threads(1)
+    if pin:
+        pin_process(rank, world, 1)
+    train, _test, _info = load_mnist(None)
+    per_rank = batch // world
+    torch.manual_seed(0)
+    model = ConvNet()
+    if mode == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb(torch.device("cpu")))
+    optimizer = torch.optim.Adadelta(model.parameters(), lr=0.5)
+    if mode.startswith("horovod"):
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        groups = 1 if mode == "horovod-grouped" else None
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), groups=groups)
+    gen = torch.Generator().manual_seed(0)
+    n = len(train) // batch * batch
+    order = torch.randperm(len(train), generator=gen)[:n].view(-1, batch)
+    times = []
+    for step in range(warmup + steps):
+        if step == warmup:
+            barrier()
+            start = time.perf_counter()
+        t0 = time.perf_counter()
+        idx = order[step % len(order), rank * per_rank : (rank + 1) * per_rank]
+        x, y = train.__getitems__(idx.tolist())
+        optimizer.zero_grad()
+        F.nll_loss(model(x), y).backward()
+        optimizer.step()
+        if mode == "lockstep":
+            barrier()
+        if step >= warmup:
+            times.append(time.perf_counter() - t0)
+    barrier()
+    elapsed = time.perf_counter() - start
+    if rank == 0:
+        times.sort()
+        print(json.dumps({"samples_per_sec": batch * steps / elapsed, "p50_ms": 1e3 * times[len(times) // 2],
+                          "p90_ms": 1e3 * times[int(0.9 * len(times))]}))  # fmt: skip
+    if mode.startswith("horovod"):
+        hvd.shutdown()
+    else:
+        dist.destroy_process_group()
+
+
+def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin: bool) -> dict:
+    from distbench.launchers import launch_argv
+
+    argv = [str(Path(__file__).resolve()), "--worker", mode, "--batch", str(batch), "--steps", str(steps),
+            "--warmup", str(warmup), "--pin" if pin else "--no-pin"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "OMP_NUM_THREADS": "1"}
+    launcher = "horovodrun" if mode.startswith("horovod") else "torchrun"
+    proc = subprocess.run(launch_argv(launcher, nprocs, argv), cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"scaling worker {mode} x{nprocs} failed:\n{proc.stderr[-2000:]}")
+    # horovodrun prefixes each output line with the rank: "[0]<stdout>:{...}"
+    line = next(line for line in reversed(proc.stdout.splitlines()) if "{" in line)
+    return json.loads(line[line.index("{") :])
+
+
+def main(
+    rounds: Annotated[int, typer.Option(help="Times the whole list of configurations runs.")] = 3,
+    steps: Annotated[int, typer.Option(help="Timed steps per run, after 10 warm-up steps.")] = 300,
+    out: Annotated[Path | None, typer.Option(help="Write the markdown table here.")] = None,
+    worker_mode: Annotated[str | None, typer.Option("--worker", hidden=True)] = None,
+    batch: Annotated[int, typer.Option(hidden=True)] = 64,
+    warmup: Annotated[int, typer.Option(hidden=True)] = 10,
+    pin: Annotated[bool, typer.Option("--pin/--no-pin", hidden=True)] = True,
+) -> None:
+    if worker_mode:
+        worker(worker_mode, batch, steps, warmup, pin)
+        return
+    results: dict[str, list[dict]] = {c[0]: [] for c in CONFIGS}
+    for r in range(rounds):
+        for label, nprocs, mode, gbatch, _base, pinned in CONFIGS:
+            rec = run_config(nprocs, mode, gbatch, steps, warmup, pinned)
+            results[label].append(rec)
+            print(f"round {r + 1}: {label}: {rec['samples_per_sec']:.0f} samples/s", file=sys.stderr, flush=True)
+    med = {label: statistics.median(x["samples_per_sec"] for x in recs) for label, recs in results.items()}
+    single = {32: med["single, batch 32"], 64: med["single, batch 64"]}
+    lines = [
+        "## Where the scaling goes: DDP at world size 2 taken apart",
+        "",
+        f"Produced by `python benchmarks/scaling.py --rounds {rounds} --steps {steps}` on {datetime.now(UTC).date()}: "
+        f"{os.cpu_count()} cores, {platform.platform()}. MNIST ConvNet, 1 thread per process, distbench's data "
+        "path, Adadelta; median over the rounds (configurations alternate within each round).",
+        "",
+        "| configuration | samples/s (median) | per round | step p50 / p90 ms | efficiency vs 2 x single |",
+        "|---|---|---|---|---|",
+    ]
+    for label, _nprocs, _mode, _gbatch, base, _pinned in CONFIGS:
+        recs = results[label]
+        p50 = statistics.median(x["p50_ms"] for x in recs)
+        p90 = statistics.median(x["p90_ms"] for x in recs)
+        eff = f"**{med[label] / (2 * single[base]):.3f}**" if base else "—"
+        per = " ".join(f"{x['samples_per_sec']:.0f}" for x in recs)
+        lines.append(f"| {label} | {med[label]:.0f} | {per} | {p50:.1f} / {p90:.1f} | {eff} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if out:
+        out.write_text(text)
+
+
+if __name__ == "__main__":
+    typer.run(main)
