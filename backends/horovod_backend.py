@@ -41,14 +41,8 @@ class HorovodBackend(Backend):
         # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        # Horovod: gradients are averaged by hooks during backward and waited for in step(). On CPU all of
-        # them go in one grouped all-reduce, negotiated once per step: with every core computing there is
-        # no overlap to gain from per-tensor all-reduces, only more rounds of the background thread's
-        # negotiation (measured in docs/performance.md). On GPU, per-tensor all-reduces overlap backward.
-        groups = 1 if self.device.type == "cpu" else None
-        optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters(), op=hvd.Average, groups=groups
-        )
+        # Horovod: gradients are averaged by hooks during backward and waited for in step().
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
         return model, optimizer, train_loader
 
     def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:
