@@ -12,6 +12,8 @@ once, a batch fetched with one indexing operation) and Adadelta, timed over the 
                        step waits for the slower process (what any synchronous data-parallel step pays)
   x2 ddp               2 processes under DistributedDataParallel as distbench runs it (1 MB buckets on CPU)
   x2 ddp, global 128   the same at 64 samples per process (weak scaling)
+  x2 all-reduce        the model's gradients (one flat tensor of the same size) all-reduced over and over,
+                       with no computation: what the communication costs on an otherwise idle machine
   x2 horovod           the same two under Horovod's DistributedOptimizer (horovodrun, gloo), one
                        all-reduce per gradient as in Horovod's examples, and with all gradients in one
                        grouped all-reduce (DistributedOptimizer(groups=1))
@@ -30,6 +32,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,6 +55,8 @@ CONFIGS = [
     ("x2 horovod, global 64 (strong)", 2, "horovod", 64, 32, True),
     ("x2 horovod, global 128 (weak)", 2, "horovod", 128, 64, True),
     ("x2 horovod, one grouped all-reduce, global 64", 2, "horovod-grouped", 64, 32, True),
+    ("x2 all-reduce of the gradients alone, torch.distributed (gloo)", 2, "allreduce-ddp", 64, None, True),
+    ("x2 all-reduce of the gradients alone, horovod (gloo)", 2, "allreduce-horovod", 64, None, True),
 ]
 
 
@@ -66,7 +71,7 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
     from distbench.affinity import pin_process
     from models.convnet import ConvNet
 
-    if mode.startswith("horovod"):
+    if "horovod" in mode:
         import horovod.torch as hvd
 
         hvd.init()
@@ -91,12 +96,10 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
     gen = torch.Generator().manual_seed(0)
     n = len(train) // batch * batch
     order = torch.randperm(len(train), generator=gen)[:n].view(-1, batch)
-    times = []
-    for step in range(warmup + steps):
-        if step == warmup:
-            barrier()
-            start = time.perf_counter()
-        t0 = time.perf_counter()
+    # the all-reduce rows: the model's gradients (as one flat tensor) averaged, no computation at all
+    flat = torch.randn(sum(p.numel() for p in model.parameters()))
+
+    def train_step(step: int) -> None:
         idx = order[step % len(order), rank * per_rank : (rank + 1) * per_rank]
         x, y = train.__getitems__(idx.tolist())
         optimizer.zero_grad()
@@ -104,6 +107,21 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
         optimizer.step()
         if mode == "lockstep":
             barrier()
+
+    def allreduce_step(step: int) -> None:
+        if mode == "allreduce-horovod":
+            hvd.allreduce_(flat, op=hvd.Average, name="flat")
+        else:
+            dist.all_reduce(flat)
+
+    one_step = allreduce_step if mode.startswith("allreduce") else train_step
+    times = []
+    for step in range(warmup + steps):
+        if step == warmup:
+            barrier()
+            start = time.perf_counter()
+        t0 = time.perf_counter()
+        one_step(step)
         if step >= warmup:
             times.append(time.perf_counter() - t0)
     barrier()
@@ -112,19 +130,19 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
         times.sort()
         print(json.dumps({"samples_per_sec": batch * steps / elapsed, "p50_ms": 1e3 * times[len(times) // 2],
                           "p90_ms": 1e3 * times[int(0.9 * len(times))]}))  # fmt: skip
-    if mode.startswith("horovod"):
+    if "horovod" in mode:
         hvd.shutdown()
     else:
         dist.destroy_process_group()
 
 
-def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin: bool) -> dict:
+def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin: bool, **extra_env: str) -> dict:
     from distbench.launchers import launch_argv
 
     argv = [str(Path(__file__).resolve()), "--worker", mode, "--batch", str(batch), "--steps", str(steps),
             "--warmup", str(warmup), "--pin" if pin else "--no-pin"]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "OMP_NUM_THREADS": "1"}
-    launcher = "horovodrun" if mode.startswith("horovod") else "torchrun"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "OMP_NUM_THREADS": "1", **extra_env}
+    launcher = "horovodrun" if "horovod" in mode else "torchrun"
     proc = subprocess.run(launch_argv(launcher, nprocs, argv), cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     if proc.returncode != 0:
@@ -132,6 +150,35 @@ def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin:
     # horovodrun prefixes each output line with the rank: "[0]<stdout>:{...}"
     line = next(line for line in reversed(proc.stdout.splitlines()) if "{" in line)
     return json.loads(line[line.index("{") :])
+
+
+def horovod_timeline_section(steps: int, warmup: int) -> list[str]:
+    """Run Horovod x2 at global batch 64 with HOROVOD_TIMELINE and tabulate, per gradient tensor, how long
+    its negotiation (from ready on this rank until every rank has it ready) and its gloo all-reduce took."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "timeline.json"
+        run_config(2, "horovod", 64, steps, warmup, True, HOROVOD_TIMELINE=str(path))
+        text = path.read_text().rstrip().rstrip(",")  # the file is a JSON array Horovod may leave unclosed
+        events = json.loads(text if text.endswith("]") else text + "]")
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name" and "name" in e["args"]}
+    open_, phases = {}, {}
+    for e in events:
+        if e.get("ph") == "B":
+            open_.setdefault(e["pid"], []).append(e)
+        elif e.get("ph") == "E" and open_.get(e["pid"]):
+            begin = open_[e["pid"]].pop()
+            phases.setdefault((names.get(e["pid"], "?"), begin["name"]), []).append((e["ts"] - begin["ts"]) / 1e3)
+    tensors = sorted({t for t, _ in phases if t.startswith("allreduce.")})
+    lines = ["", "### Horovod's timeline at world size 2, global batch 64 (rank 0, median ms per step)", "",
+             f"`HOROVOD_TIMELINE` over {steps} steps. Negotiation runs from the moment this rank's gradient is "
+             "ready until every rank has reported it; the gloo all-reduce is the data transfer of the fused "
+             "buffer the tensor travelled in.", "",
+             "| gradient | negotiation | gloo all-reduce |", "|---|---|---|"]  # fmt: skip
+    for t in tensors:
+        neg = statistics.median(phases.get((t, "NEGOTIATE_ALLREDUCE"), [float("nan")]))
+        red = statistics.median(phases.get((t, "GLOO_ALLREDUCE"), [float("nan")]))
+        lines.append(f"| {t.removeprefix('allreduce.')} | {neg:.2f} | {red:.2f} |")
+    return lines
 
 
 def main(
@@ -170,7 +217,11 @@ def main(
         p90 = statistics.median(x["p90_ms"] for x in recs)
         eff = f"**{med[label] / (2 * single[base]):.3f}**" if base else "—"
         per = " ".join(f"{x['samples_per_sec']:.0f}" for x in recs)
-        lines.append(f"| {label} | {med[label]:.0f} | {per} | {p50:.1f} / {p90:.1f} | {eff} |")
+        if label.startswith("x2 all-reduce"):  # no samples: only the time of one all-reduce counts
+            lines.append(f"| {label} | — | — | {p50:.2f} / {p90:.2f} | — |")
+        else:
+            lines.append(f"| {label} | {med[label]:.0f} | {per} | {p50:.1f} / {p90:.1f} | {eff} |")
+    lines += horovod_timeline_section(steps, warmup)
     text = "\n".join(lines) + "\n"
     print(text)
     if out:

@@ -35,4 +35,6 @@ def test_scaling_benchmark_runs_every_configuration(tmp_path):
     text = out.read_text()
     for label in ("single, batch 32", "x2 independent", "x2 lockstep", "x2 ddp, global 128", "x2 horovod, global 64"):
         assert f"| {label}" in text
-    assert text.count("| **") == 8  # an efficiency for every world-size-2 row
+    assert text.count("| **") == 8  # an efficiency for every world-size-2 training row
+    assert "| x2 all-reduce of the gradients alone, horovod (gloo) | — |" in text
+    assert "| fc1.weight |" in text and "Horovod's timeline" in text
