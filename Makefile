@@ -20,6 +20,7 @@ test-fast: setup
 bench: setup
 	$(PY) benchmarks/accuracy.py
 	$(PY) benchmarks/overhead.py
+	$(PY) benchmarks/scaling.py --out docs/performance.md --append
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

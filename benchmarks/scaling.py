@@ -1,6 +1,6 @@
 """Where DDP's scaling goes on this machine: the step of 2 processes taken apart, one cost at a time.
 
-    python benchmarks/scaling.py [--rounds 3] [--steps 300] [--out docs/scaling.md]
+    python benchmarks/scaling.py [--rounds 3] [--steps 300] [--out docs/performance.md --append]
 
 Every configuration is the MNIST ConvNet with 1 thread per process, distbench's data path (digits decoded
 once, a batch fetched with one indexing operation) and Adadelta, timed over the same steady-state steps:
@@ -184,7 +184,8 @@ def horovod_timeline_section(steps: int, warmup: int) -> list[str]:
 def main(
     rounds: Annotated[int, typer.Option(help="Times the whole list of configurations runs.")] = 3,
     steps: Annotated[int, typer.Option(help="Timed steps per run, after 10 warm-up steps.")] = 300,
-    out: Annotated[Path | None, typer.Option(help="Write the markdown table here.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the markdown tables here.")] = None,
+    append: Annotated[bool, typer.Option(help="Append to --out (e.g. docs/performance.md) instead.")] = False,
     worker_mode: Annotated[str | None, typer.Option("--worker", hidden=True)] = None,
     batch: Annotated[int, typer.Option(hidden=True)] = 64,
     warmup: Annotated[int, typer.Option(hidden=True)] = 10,
@@ -225,7 +226,8 @@ def main(
     text = "\n".join(lines) + "\n"
     print(text)
     if out:
-        out.write_text(text)
+        with open(out, "a" if append else "w", encoding="utf-8") as f:
+            f.write(("\n" if append else "") + text)
 
 
 if __name__ == "__main__":
