@@ -20,7 +20,7 @@ FORMAT = 1
 # Options that must match for a resumed run to continue the same optimisation.
 MUST_MATCH = (
     "task", "model", "batch_size", "seed", "lr", "dropout", "max_length", "precision", "schedule",
-    "max_grad_norm", "warmup_ratio",
+    "max_grad_norm", "warmup_ratio", "head_lr",
 )  # fmt: skip
 
 

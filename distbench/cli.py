@@ -57,6 +57,10 @@ def train(
         float | None, typer.Option(help="Clip gradients to this norm (default: bert-sentiment 1.0, mnist none).")
     ] = None,
     warmup_ratio: Annotated[float, typer.Option(help="Fraction of steps to warm up over (with --schedule).")] = 0.1,
+    head_lr: Annotated[
+        float | None,
+        typer.Option(help="bert-sentiment: learning rate of the new head (pooler + classifier; default: --lr)."),
+    ] = None,
     output: Annotated[Path, typer.Option(help=".jsonl: append the record; .json: write one record.")] = Path(
         "results/runs.jsonl"
     ),
@@ -85,7 +89,7 @@ def train(
     cfg = RunConfig(
         backend=backend.value, task=task.value, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
         seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, precision=precision.value,
-        schedule=schedule, max_grad_norm=max_grad_norm, warmup_ratio=warmup_ratio, output=output, force=force, threads=threads,
+        schedule=schedule, max_grad_norm=max_grad_norm, warmup_ratio=warmup_ratio, head_lr=head_lr, output=output, force=force, threads=threads,
         pin_cores=pin_cores,
         log_every=log_every, progress=progress, eval_batch_size=eval_batch_size, timeout_s=timeout_s,
         target_accuracy=target_accuracy, checkpoint_dir=checkpoint_dir, checkpoint_every=checkpoint_every,

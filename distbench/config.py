@@ -44,6 +44,7 @@ class RunConfig:
     warmup_ratio: float = 0.1  # bert-sentiment: linear warm-up over this fraction of steps, then linear decay
     schedule: bool | None = None  # linear warm-up/decay schedule (None: the task's default, on for bert)
     max_grad_norm: float | None = None  # clip gradients to this norm (None: the task's default, 1.0 for bert)
+    head_lr: float | None = None  # bert-sentiment: learning rate of the pooler and classifier (None: --lr)
     output: Path = Path("results/runs.jsonl")
     force: bool = False
     threads: int | None = None  # intra-op threads per process; None: cores / local processes
@@ -100,6 +101,8 @@ def validate(cfg: RunConfig, world_size: int) -> None:
         raise UserError(f"--max-length must be between 8 and 512, got {cfg.max_length}")
     if not 0.0 <= cfg.warmup_ratio < 1.0:
         raise UserError(f"--warmup-ratio must be in [0, 1), got {cfg.warmup_ratio}")
+    if cfg.head_lr is not None and not cfg.head_lr > 0:
+        raise UserError(f"--head-lr must be positive, got {cfg.head_lr}")
     if cfg.max_grad_norm is not None and not cfg.max_grad_norm > 0:
         raise UserError(f"--max-grad-norm must be positive, got {cfg.max_grad_norm}")
     if cfg.threads is not None and cfg.threads <= 0:

@@ -62,12 +62,27 @@ def test_default_model_loads_offline_and_tokenizes():
     assert sum(p.numel() for p in model.parameters()) > 20_000_000  # the real pretrained MiniLM-L6, not a toy
 
 
+def test_head_learning_rate_applies_to_pooler_and_classifier_only():
+    from distbench.config import RunConfig
+    from distbench.tasks.bert import BertSentimentTask
+
+    for head_lr, expected in [(None, 1e-4), (1e-3, 1e-3)]:
+        task = BertSentimentTask(RunConfig(task="bert-sentiment", model="tiny-random", lr=1e-4, head_lr=head_lr))
+        model = task.build_model()
+        optimizer = task.build_optimizer(model)
+        lr_of = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+        assert len(lr_of) == sum(1 for _ in model.parameters())  # every parameter in exactly one group
+        for name, p in model.named_parameters():
+            is_head = name.startswith(("classifier.", "bert.pooler."))
+            assert lr_of[id(p)] == (expected if is_head else 1e-4), name
+
+
 def _run_py(args, tmp_path):
     return run_cmd([sys.executable, "run.py", "--task", "bert-sentiment", *args], timeout=120,
                    env=child_env(tmp_path), expect_rc=None)  # fmt: skip
 
 
-@pytest.mark.parametrize("case", ["missing_file", "empty_file", "unknown_model", "max_length"])
+@pytest.mark.parametrize("case", ["missing_file", "empty_file", "unknown_model", "max_length", "head_lr"])
 def test_bad_input(tmp_path, mr_dir, case):
     data = tmp_path / "mr"
     data.mkdir()
@@ -82,9 +97,12 @@ def test_bad_input(tmp_path, mr_dir, case):
     elif case == "unknown_model":
         args = ["--data-dir", str(mr_dir), "--model", "no-such-org/no-such-bert"]
         fragment = "cannot load BERT model id 'no-such-org/no-such-bert'"
-    else:
+    elif case == "max_length":
         args = ["--data-dir", str(mr_dir), "--max-length", "100000"]
         fragment = "--max-length must be between"
+    else:
+        args = ["--data-dir", str(mr_dir), "--head-lr", "-1"]
+        fragment = "--head-lr must be positive"
     assert_one_line_error(_run_py(args, tmp_path), fragment)
 
 

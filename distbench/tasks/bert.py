@@ -27,11 +27,16 @@ class BertSentimentTask:
                                 vocab_size=len(self.tokenizer))  # fmt: skip
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
-        # The usual BERT fine-tuning recipe: no weight decay on biases and LayerNorm weights.
-        decay, no_decay = [], []
+        # The usual BERT fine-tuning recipe: no weight decay on biases and LayerNorm weights. The head (the
+        # pooler and the new classifier) may learn faster than the pretrained encoder (--head-lr).
+        decay, no_decay, head = [], [], []
         for name, p in model.named_parameters():
-            (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
-        groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0}]
+            if name.startswith(("classifier.", "bert.pooler.")):
+                head.append(p)
+            else:
+                (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
+        groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0},
+                  {"params": head, "weight_decay": 0.0, "lr": self.cfg.head_lr or self.cfg.lr}]  # fmt: skip
         return torch.optim.AdamW(groups, lr=self.cfg.lr)
 
     def build_scheduler(self, optimizer, total_steps: int, steps_per_epoch: int):
