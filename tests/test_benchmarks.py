@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, child_env, run_cmd
+from tests.helpers import MR_DATA, ROOT, child_env, run_cmd
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
 
@@ -38,3 +38,13 @@ def test_scaling_benchmark_runs_every_configuration(tmp_path):
     assert text.count("| **") == 8  # an efficiency for every world-size-2 training row
     assert "| x2 all-reduce of the gradients alone, horovod (gloo) | — |" in text
     assert "| fc1.weight |" in text and "Horovod's timeline" in text
+
+
+def test_bert_accuracy_benchmark_runs(tmp_path):
+    out = tmp_path / "bert.md"
+    run_cmd([sys.executable, "benchmarks/bert_accuracy.py", "--data-dir", str(MR_DATA), "--seeds", "0,1",
+             "--recipe", "--model tiny-random --max-steps 2", "--out", str(out)], timeout=400,
+            env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
+    text = out.read_text()
+    assert "| 0 | " in text and "| 1 | " in text and "/ 1066 |" in text
+    assert "**Median over 2 seeds:" in text
