@@ -1,6 +1,6 @@
 # Every target sets up what it needs first (scripts/setup_env.sh is quick when already done).
 PY := .venv/bin/python
-.PHONY: setup demo test test-fast bench lint clean-venv
+.PHONY: setup demo test test-fast bench bench-bert lint clean-venv
 
 setup:
 	@bash scripts/setup_env.sh
@@ -21,6 +21,12 @@ bench: setup
 	$(PY) benchmarks/accuracy.py
 	$(PY) benchmarks/overhead.py
 	$(PY) benchmarks/scaling.py --out docs/performance.md --append
+
+# One epoch of BERT on MR polarity over 3 seeds (about 15 minutes here); MR_DIR: the rt-polarity folder,
+# empty for the cache or a download.
+MR_DIR ?= ../shared/data/rt-polarity
+bench-bert: setup
+	$(PY) benchmarks/bert_accuracy.py $(if $(MR_DIR),--data-dir $(MR_DIR))
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

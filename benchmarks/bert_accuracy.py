@@ -1,6 +1,6 @@
 """BERT sentiment accuracy: one epoch on MR polarity at global batch 32, over several seeds.
 
-    python benchmarks/bert_accuracy.py --data-dir ../shared/data/rt-polarity [--seeds 0,1,2]
+    python benchmarks/bert_accuracy.py [--data-dir ../shared/data/rt-polarity] [--seeds 0,1,2]
         [--backend ddp --nprocs 2] [--recipe "--lr 1e-4 --head-lr 1e-3"] [--out docs/bert-accuracy.md]
 
 Each seed is one full run of `run.py --task bert-sentiment` with the default model (the bundled MiniLM-L6
@@ -32,7 +32,9 @@ RECIPE = "--lr 1e-4 --head-lr 1e-3 --dropout 0"  # measured in docs/bert-accurac
 
 
 def main(
-    data_dir: Annotated[Path, typer.Option(help="Folder with rt-polarity.pos and rt-polarity.neg.")],
+    data_dir: Annotated[
+        Path | None, typer.Option(help="Folder with rt-polarity.pos/.neg (default: the cache or a download).")
+    ] = None,
     seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0,1,2",
     backend: Annotated[str, typer.Option()] = "ddp",
     nprocs: Annotated[int, typer.Option()] = 2,
@@ -40,8 +42,8 @@ def main(
     target: Annotated[float, typer.Option(help="Accuracy the median is held against.")] = 0.84,
     out: Annotated[Path, typer.Option()] = ROOT / "docs" / "bert-accuracy.md",
 ) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1"}
-    base = ["--task", "bert-sentiment", "--data-dir", str(data_dir.resolve()), *recipe.split()]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    base = ["--task", "bert-sentiment", *(["--data-dir", str(data_dir.resolve())] if data_dir else []), *recipe.split()]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for seed in [int(s) for s in seeds.split(",")]:
@@ -55,7 +57,8 @@ def main(
     accs = [r["eval_accuracy"] for _, r in rows]
     median = statistics.median(accs)
     first = rows[0][1]
-    shown = " ".join(["python benchmarks/bert_accuracy.py", "--data-dir", str(data_dir), "--seeds", seeds]
+    shown = " ".join(["python benchmarks/bert_accuracy.py", *(["--data-dir", str(data_dir)] if data_dir else []),
+                      "--seeds", seeds]
                      + (["--backend", backend, "--nprocs", str(nprocs)] if (backend, nprocs) != ("ddp", 2) else [])
                      + ([f'--recipe "{recipe}"'] if recipe != RECIPE else []))  # fmt: skip
     lines = [
