@@ -55,6 +55,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
         ("MR file with no lines", ["--task", "bert-sentiment", "--data-dir", str(tmp / "mr-empty")], {}),
         ("unknown BERT model id, offline", [*bert, "--model", "no-such/model"], {"HF_HUB_OFFLINE": "1"}),
         ("--max-length out of range", [*bert, "--max-length", "4096"], {}),
+        ("non-positive --head-lr", [*bert, "--head-lr", "0"], {}),
         ("--output .json exists (no --force)", ["--output", str(tmp / "exists.json")], {}),
         ("--output with another suffix", ["--output", "results.csv"], {}),
         ("corrupt checkpoint", ["--checkpoint-dir", str(tmp / "ckpt")], {}),
