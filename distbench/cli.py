@@ -19,7 +19,7 @@ from distbench.errors import UserError
 
 LAUNCH_HELP = (
     launch_help()
-    + "Other commands: `run.py compare --help` (run the backend x world-size matrix), `run.py report DIR`.\n"
+    + "\nOther commands: `run.py compare --help` (run the backend x world-size matrix), `run.py report DIR`.\n"
 )
 
 train_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
