@@ -1,12 +1,13 @@
 """BERT sentiment accuracy: one epoch on MR polarity at global batch 32, over several seeds.
 
     python benchmarks/bert_accuracy.py [--data-dir ../shared/data/rt-polarity] [--seeds 0,1,2]
-        [--backend ddp --nprocs 2] [--recipe "--lr 1e-4 --head-lr 1e-3"] [--out docs/bert-accuracy.md]
+        [--backend ddp --nprocs 2] [--recipe "--lr 5e-5"] [--out docs/bert-accuracy.md]
 
-Each seed is one full run of `run.py --task bert-sentiment` with the default model (the bundled MiniLM-L6
-unless the recipe says --model), started by the backend's own launcher. The table gives each run's test
-accuracy (of 1,066 sentences), its throughput and step time, and the median over seeds, together with
-the exact command; one seed changes the classifier's initial weights and the data order.
+The default recipe is `--lr 1e-4 --head-lr 1e-3 --dropout 0` (RECIPE below). Each seed is one full run
+of `run.py --task bert-sentiment` with the default model (the bundled MiniLM-L6 unless the recipe says
+--model), started by the backend's own launcher. The table gives each run's test accuracy (of 1,066
+sentences), its throughput and step time, and the median over seeds, together with the exact command;
+one seed changes the classifier's initial weights and the data order.
 """
 
 from __future__ import annotations

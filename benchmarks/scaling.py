@@ -212,13 +212,13 @@ def main(
         "| configuration | samples/s (median) | per round | step p50 / p90 ms | efficiency vs 2 x single |",
         "|---|---|---|---|---|",
     ]
-    for label, _nprocs, _mode, _gbatch, base, _pinned in CONFIGS:
+    for label, _nprocs, mode, _gbatch, base, _pinned in CONFIGS:
         recs = results[label]
         p50 = statistics.median(x["p50_ms"] for x in recs)
         p90 = statistics.median(x["p90_ms"] for x in recs)
         eff = f"**{med[label] / (2 * single[base]):.3f}**" if base else "—"
         per = " ".join(f"{x['samples_per_sec']:.0f}" for x in recs)
-        if label.startswith("x2 all-reduce"):  # no samples: only the time of one all-reduce counts
+        if mode.startswith("allreduce"):  # no samples: only the time of one all-reduce counts
             lines.append(f"| {label} | — | — | {p50:.2f} / {p90:.2f} | — |")
         else:
             lines.append(f"| {label} | {med[label]:.0f} | {per} | {p50:.1f} / {p90:.1f} | {eff} |")
