@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 
 from backends.base import Backend, _own_generator
 from backends.ddp import bucket_cap_mb
+from backends.torchelastic import init_process_group, under_agent_store
 from distbench.sharding import GlobalBatchSampler
 
 try:
@@ -32,6 +33,11 @@ class AccelerateBackend(Backend):
     def setup(self) -> None:
         if "RANK" in os.environ:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if under_agent_store():
+            # torchrun / accelerate launch: the group is made on a key namespace of this round's own, so
+            # that a restart is clean (backends/torchelastic.py); Accelerate keeps a group that exists.
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+            init_process_group(backend, timedelta(seconds=self.timeout_s))
         self.accelerator = Accelerator(
             # Accelerate: the loader's batch is the *global* batch and each process takes its slice,
             # which is exactly distbench's global-batch semantics (see distbench/sharding.py).

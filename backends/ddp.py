@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from backends.base import Backend
+from backends.torchelastic import init_process_group
 
 _OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
 
@@ -46,10 +47,8 @@ class DDPBackend(Backend):
             self.device = torch.device("cuda", self.local_rank)
             torch.cuda.set_device(self.device)
         # DDP: gloo on CPU, nccl on GPU; the timeout bounds how long survivors wait for a dead rank.
-        dist.init_process_group(
-            backend="nccl" if self.device.type == "cuda" else "gloo",
-            timeout=timedelta(seconds=self.timeout_s),
-        )
+        # Under torchrun, on a key namespace of this round's own, so that a restart is clean.
+        init_process_group("nccl" if self.device.type == "cuda" else "gloo", timedelta(seconds=self.timeout_s))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
 
     def teardown(self) -> None:

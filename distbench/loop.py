@@ -262,6 +262,8 @@ def train(task: Task, backend: Backend, cfg: RunConfig, threads: int, reporter: 
         "dataset": info,
         "environment": environment(backend, threads, cores),
         "launcher": launcher_from_env(),
+        # torchrun: how often this machine's agent had restarted the worker group when this run began
+        "launcher_restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
         "precision": cfg.precision,
         "config": cfg.to_dict(),
         "started_at": started_at,

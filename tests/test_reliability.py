@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from distbench.launchers import BIN, free_port
+from distbench.launchers import BIN, free_port, launch_argv
 from tests.helpers import child_env, launch, read_record, run_cmd
 from tests.test_cli import assert_one_line_error
 
@@ -34,16 +34,28 @@ def test_killed_rank_stops_the_job_within_the_timeout(tmp_path, backend):
     assert _leftovers(str(out)) == "", "processes of the failed job are still running"
 
 
-def _resume_run(tmp_path, name, backend="ddp", launcher=None, fault=None, elastic=False, steps=30):
+# Launchers that restart the worker group once (--max-restarts 1): torchrun with the c10d rendezvous (the
+# multi-machine form) and with its default static one, and accelerate launch (static, through torchrun's
+# agent). The restarted round must connect at once: the agent keeps one store for all rounds, and the
+# keys of the failed round are still in it (backends/torchelastic.py).
+ELASTIC = {
+    "torchrun-c10d": ("ddp", lambda: [str(BIN / "torchrun"), "--max-restarts=1", "--nproc_per_node", "2",
+                                      "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]),
+    "torchrun-static": ("ddp", lambda: [str(BIN / "torchrun"), "--max-restarts=1", "--nproc_per_node", "2",
+                                        "--master_addr", "127.0.0.1", "--master_port", str(free_port())]),
+    "accelerate-launch": ("accelerate", lambda: [str(BIN / "accelerate"), "launch", "--max_restarts", "1",
+                                                 *launch_argv("accelerate", 2, [])[2:]]),
+}  # fmt: skip
+
+
+def _resume_run(tmp_path, name, backend="ddp", launcher=None, fault=None, elastic=None, steps=30):
     out = tmp_path / f"{name}.json"
     args = [*COMMON, "--max-steps", str(steps), "--checkpoint-dir", str(tmp_path / f"ckpt-{name}"),
             "--checkpoint-every", "10", "--output", str(out), "--force"]  # fmt: skip
     cmd = launch(backend, 2, args, launcher)
     if elastic:
-        # restarts need the c10d rendezvous (a static --master_port hangs on restart); a restarted group
-        # occasionally fails once more while the old one shuts down, so allow a few restarts, as jobs do
-        cmd = [str(BIN / "torchrun"), "--max-restarts=3", "--nproc_per_node", "2", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "run.py", "--backend", backend, *args]  # fmt: skip
+        backend, prefix = ELASTIC[elastic]
+        cmd = [*prefix(), "run.py", "--backend", backend, *args]
     env = child_env(tmp_path, **({"DISTBENCH_FAULT": fault} if fault else {}))
     return cmd, env, out
 
@@ -75,11 +87,14 @@ def test_kill_then_resume_matches_the_uninterrupted_run(tmp_path, straight_run):
     _assert_same_run(rec, straight_run)
 
 
-def test_torchrun_elastic_restart_resumes_and_finishes(tmp_path, straight_run):
-    cmd, env, out = _resume_run(tmp_path, "elastic", fault="kill:1:15", elastic=True)
-    proc = run_cmd(cmd, timeout=300, env=env)
+@pytest.mark.parametrize("elastic", list(ELASTIC))
+def test_launcher_restart_resumes_and_finishes(tmp_path, straight_run, elastic):
+    cmd, env, out = _resume_run(tmp_path, "elastic", fault="kill:1:15", elastic=elastic)
+    proc = run_cmd(cmd, timeout=240, env=env)
     assert "resuming from" in proc.stderr
+    assert "connectFullMesh failed" not in proc.stderr  # the restarted group did not meet the old keys
     rec = read_record(out)
+    assert rec["launcher_restarts"] == 1  # the first restart finished the job
     assert rec["resumed_from_step"] == 10
     _assert_same_run(rec, straight_run)
 
