@@ -1,10 +1,15 @@
-"""CPU affinity: each process of a machine computes on its own cores.
+"""CPU affinity: each process of a machine runs on its own cores, its communication threads included.
 
 With several processes on one CPU machine and no pinning, the scheduler moves the compute threads
 between cores and lets them share one while another idles; every synchronous step then waits for the
-slowest. Pinning each local process's compute thread(s) to a disjoint block of cores removes that
-(measured in docs/performance.md). It is applied after the backend's setup, so the communication
-threads the libraries start there (gloo's, Horovod's background thread) stay free to run on any core.
+slowest. Pinning each local process to a disjoint block of cores removes that.
+
+The whole process is pinned, after the backend's setup, so the threads the libraries start there (gloo's
+workers, Horovod's background thread) share their process's cores. Left free to run anywhere, such a
+thread often woke on the other core, behind the other process's compute thread, and waited there for the
+scheduler while its own compute thread sat idle waiting for the all-reduce. Measured on 2 cores, MNIST,
+2 processes of 1 thread, 300 steps, 5 A/B pairs through run.py: pinning the whole process instead of the
+compute thread alone gave median samples/s ratios of 1.073 (ddp), 1.049 (accelerate), 1.197 (horovod).
 """
 
 from __future__ import annotations
@@ -12,15 +17,28 @@ from __future__ import annotations
 import os
 
 
+def _thread_ids() -> list[int]:
+    """This process's threads (Linux: /proc/self/task); elsewhere the calling thread only."""
+    try:
+        return [int(tid) for tid in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
 def pin_process(local_rank: int, local_world_size: int, threads: int) -> list[int] | None:
-    """Pin the calling thread (and the threads it starts later, e.g. torch's intra-op pool) to cores
-    [local_rank * threads, (local_rank + 1) * threads) of those this process may use. Returns the cores,
-    or None where nothing is pinned: one process per machine, more threads than cores, or no affinity API."""
+    """Pin every thread of this process, and so the threads it starts later (torch's intra-op pool), to
+    cores [local_rank * threads, (local_rank + 1) * threads) of those it may use. Returns the cores, or
+    None where nothing is pinned: one process per machine, more threads than cores, or no affinity API."""
     if local_world_size < 2 or not hasattr(os, "sched_setaffinity"):
         return None
     available = sorted(os.sched_getaffinity(0))
     if threads * local_world_size > len(available) or not 0 <= local_rank < local_world_size:
         return None
     cores = available[local_rank * threads : (local_rank + 1) * threads]
-    os.sched_setaffinity(0, cores)
+    os.sched_setaffinity(0, cores)  # the calling thread first: what it starts from now on inherits this
+    for tid in _thread_ids():
+        try:
+            os.sched_setaffinity(tid, cores)
+        except ProcessLookupError:  # the thread ended in between
+            pass
     return cores

@@ -58,7 +58,7 @@ def environment(backend: Backend, threads: int, cores: list[int] | None = None) 
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
         "threads_per_process": threads,
-        "pinned_cores": cores,  # the main process's cores (see distbench/affinity.py); None: not pinned
+        "pinned_cores": cores,  # this process's cores (see distbench/affinity.py); None: not pinned
         "device": str(backend.device),
         "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
     }
