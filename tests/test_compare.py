@@ -71,8 +71,10 @@ def test_ctrl_c_stops_the_run_and_keeps_records(tmp_path):
     out = tmp_path / "cmp"
     cmd = [sys.executable, "run.py", "compare", "--backends", "single,ddp", "--nprocs", "1,2", "--epochs", "50",
            "--threads", "1", "--out", str(out)]  # fmt: skip
+    # a shell's background job (`make test &`) starts with SIGINT ignored, and Python then has no Ctrl-C handler;
+    # give the sweep the default disposition, as in a terminal
     proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+                            text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
     deadline = time.time() + 120
     while time.time() < deadline and not list((out / "runs").glob("*.log")):
         time.sleep(0.5)
