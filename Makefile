@@ -18,15 +18,15 @@ test-fast: setup
 
 # Benchmarks (minutes; run on a quiet machine): results are written to docs/.
 bench: setup
-	$(PY) benchmarks/accuracy.py
-	$(PY) benchmarks/overhead.py
-	$(PY) benchmarks/scaling.py --out docs/performance.md --append
+	$(PY) -m benchmarks.accuracy
+	$(PY) -m benchmarks.overhead
+	$(PY) -m benchmarks.scaling --out docs/performance.md --append
 
 # One epoch of BERT on MR polarity over 3 seeds (about 15 minutes here); MR_DIR: the rt-polarity folder,
 # empty for the cache or a download.
 MR_DIR ?= ../shared/data/rt-polarity
 bench-bert: setup
-	$(PY) benchmarks/bert_accuracy.py $(if $(MR_DIR),--data-dir $(MR_DIR))
+	$(PY) -m benchmarks.bert_accuracy $(if $(MR_DIR),--data-dir $(MR_DIR))
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -1,58 +1,100 @@
-"""Backend registry. Each backend is imported only when asked for, so a missing optional library
-(accelerate, horovod) is one clear message for that backend, not an ImportError at start-up."""
+"""The backend registry: one entry per backend, the only place the set of backends is spelled.
+
+An entry names the backend, the class that implements it (imported only when asked for, so a missing
+optional library such as horovod is one clear message for that backend, not an ImportError at start-up),
+the launchers that may start it (the first is its users' usual one: `compare` runs it, `--help` shows it
+first) and a line of help. Adding a backend is one file in this package and one entry here.
+"""
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
 from distbench.errors import BackendUnavailable, UserError
+from distbench.launch import ACCELERATE, BY_HAND, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv, Launcher, local_argv, resolve
 
-_REGISTRY = {
-    "single": ("backends.single", "SingleBackend"),
-    "ddp": ("backends.ddp", "DDPBackend"),
-    "accelerate": ("backends.accelerate_backend", "AccelerateBackend"),
-    "horovod": ("backends.horovod_backend", "HorovodBackend"),
+
+@dataclass(frozen=True)
+class BackendSpec:
+    name: str
+    cls: str  # "module:Class"
+    launchers: tuple[Launcher, ...]
+    help: str
+
+    def program(self, args: list[str]) -> list[str]:
+        return ["run.py", "--backend", self.name, *args]
+
+    def check_launch(self, launch: LaunchEnv) -> None:
+        """Refuse a launcher whose world this backend would not see correctly (before any setup)."""
+        if launch.launcher not in {launcher.name for launcher in self.launchers}:
+            (first,) = self.launchers[0].commands(self.program([]), 1 if self.launchers[0] is PYTHON else "N")
+            raise UserError(
+                f"--backend {self.name} was started by {launch.launcher} with {launch.world_size} process(es), "
+                f"which it cannot join; start it with: {' '.join(first)}"
+            )
+
+    def load(self):
+        module, cls = self.cls.split(":")
+        try:
+            return getattr(importlib.import_module(module), cls)
+        except BackendUnavailable:
+            raise
+        except ImportError as e:
+            raise BackendUnavailable(f"--backend {self.name} cannot be imported: {e}") from e
+
+
+REGISTRY: dict[str, BackendSpec] = {
+    spec.name: spec
+    for spec in (
+        BackendSpec("single", "backends.single:SingleBackend", (PYTHON,), "one process, no process group"),
+        BackendSpec("ddp", "backends.ddp:DDPBackend", (TORCHRUN, BY_HAND, PYTHON), "PyTorch DistributedDataParallel"),
+        BackendSpec(
+            "accelerate",
+            "backends.accelerate_backend:AccelerateBackend",
+            (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
+            "HuggingFace Accelerate",
+        ),  # fmt: skip
+        BackendSpec("horovod", "backends.horovod_backend:HorovodBackend", (HOROVODRUN, PYTHON), "Horovod (gloo)"),
+    )
 }
-
-NAMES = tuple(_REGISTRY)
-
-# How to start each backend: N processes on one machine, then other ways (several machines, other
-# launchers). Kept here, where no library is imported, so that `run.py --help` and each backend's
-# wrong-launcher error read the same text.
-LAUNCH: dict[str, tuple[str, ...]] = {
-    "single": ("python run.py --backend single",),
-    "ddp": (
-        "torchrun --nproc_per_node N run.py --backend ddp",
-        "torchrun --nnodes 2 --nproc_per_node N --rdzv-backend c10d --rdzv-endpoint HOST0:29400 run.py --backend ddp",
-    ),
-    "accelerate": (
-        "accelerate launch --multi_gpu --num_processes N run.py --backend accelerate",
-        "(also: torchrun --nproc_per_node N run.py --backend accelerate)",
-        "accelerate launch --multi_gpu --num_machines 2 --machine_rank R --main_process_ip HOST0 "
-        "--main_process_port 29500 --num_processes TOTAL run.py --backend accelerate",
-    ),
-    "horovod": (
-        "horovodrun -np N python run.py --backend horovod",
-        "horovodrun -np 8 -H host1:4,host2:4 python run.py --backend horovod",
-    ),
-}
+NAMES = tuple(REGISTRY)
 
 
-def launch_help() -> str:
-    """The launch commands of every backend, for `run.py --help` (each block marked \\b: click keeps it as is)."""
-    lines = ["Launch commands (N processes on one machine; several machines):", ""]
-    for name, (first, *rest) in LAUNCH.items():
-        lines += ["\b", f"{name:<11} {first}", *(f"{'':<11} {more}" for more in rest), ""]
-    return "\n".join(lines)
+def get_spec(name: str) -> BackendSpec:
+    if name not in REGISTRY:
+        raise UserError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
+    return REGISTRY[name]
 
 
 def get_backend_class(name: str):
-    if name not in _REGISTRY:
-        raise UserError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
-    module, cls = _REGISTRY[name]
-    try:
-        return getattr(importlib.import_module(module), cls)
-    except BackendUnavailable:
-        raise
-    except ImportError as e:
-        raise BackendUnavailable(f"--backend {name} cannot be imported: {e}") from e
+    return get_spec(name).load()
+
+
+def typed_command(backend: str, nprocs: int, args: list[str], launcher: Launcher | None = None) -> list[str]:
+    """`run.py --backend BACKEND ARGS` with nprocs processes on this machine, started by the backend's
+    usual launcher (or the one given), as a user types it."""
+    spec = get_spec(backend)
+    return local_argv(launcher or spec.launchers[0], spec.program(args), nprocs)
+
+
+def command(backend: str, nprocs: int, args: list[str], launcher: Launcher | None = None) -> list[str]:
+    """typed_command with this environment's python and launchers: ready to run."""
+    return resolve(typed_command(backend, nprocs, args, launcher))
+
+
+def launch_help() -> str:
+    """Every backend's launch commands for `run.py --help`: N processes on one machine, then 2 machines of
+    4 processes; each block marked \\b so that click keeps it as it is."""
+    lines = ["Launch commands (N processes on one machine; several machines):", ""]
+    for spec in REGISTRY.values():
+        usual, *others = [launcher for launcher in spec.launchers if launcher not in (BY_HAND, PYTHON)] or [PYTHON]
+        block = [" ".join(usual.commands(spec.program([]), 1 if usual is PYTHON else "N")[0])]
+        if usual is not PYTHON:
+            several = usual.commands(spec.program([]), 4, hosts=["host1", "host2"], port=29500)[0]
+            block.append(f"{' '.join(several)}   {usual.several_nodes_note}")
+        block += [f"(also: {' '.join(other.commands(spec.program([]), 'N')[0])})" for other in others]
+        lines += ["\b", f"{spec.name:<11} {block[0]}", *(f"{'':<11} {more}" for more in block[1:]), ""]
+    lines += ["\b", f"{'':<11} ddp and accelerate also join a world whose RANK, WORLD_SIZE, MASTER_ADDR and "
+              "MASTER_PORT are set for each process (srun, mpirun).", ""]  # fmt: skip
+    return "\n".join(lines)

@@ -13,9 +13,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from backends.base import Backend, _own_generator
+from backends.base import Backend, ReduceOp, _own_generator
 from backends.ddp import bucket_cap_mb
 from backends.torchelastic import init_process_group, under_agent_store
+from distbench.launch import LOOPBACK, PYTHON
 from distbench.sharding import GlobalBatchSampler
 
 try:
@@ -28,11 +29,10 @@ except ImportError as e:  # pragma: no cover - exercised only where accelerate i
 
 class AccelerateBackend(Backend):
     name = "accelerate"
-    launchers = ("accelerate launch", "torchrun", "env (RANK/WORLD_SIZE)", "python")
 
     def setup(self) -> None:
-        if "RANK" in os.environ:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if self.launch.launcher != PYTHON.name:
+            os.environ.setdefault("MASTER_ADDR", LOOPBACK)
         if under_agent_store():
             # torchrun / accelerate launch: the group is made on a key namespace of this round's own, so
             # that a restart is clean (backends/torchelastic.py); Accelerate keeps a group that exists.
@@ -96,13 +96,12 @@ class AccelerateBackend(Backend):
             return self.accelerator.autocast()
         return contextlib.nullcontext()
 
-    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        if self.world_size == 1:
-            return t
-        if op == "sum":
-            return self.accelerator.reduce(t.clone(), reduction="sum")
+    def _all_reduce(self, t: torch.Tensor, op: ReduceOp) -> torch.Tensor:
+        if op in (ReduceOp.SUM, ReduceOp.AVG):
+            return self.accelerator.reduce(t.clone(), reduction="sum" if op is ReduceOp.SUM else "mean")
+        # Accelerate: reduce() knows only sum and mean; max and min come from everyone's copy
         gathered = self.accelerator.gather(t.reshape(1, -1))
-        return (gathered.max(dim=0) if op == "max" else gathered.min(dim=0)).values.reshape(t.shape)
+        return (gathered.amax(dim=0) if op is ReduceOp.MAX else gathered.amin(dim=0)).reshape(t.shape)
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.gather(t.unsqueeze(0))  # Accelerate: concatenates along dim 0

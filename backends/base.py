@@ -1,51 +1,32 @@
 """The Backend interface: everything that differs between data-parallel libraries lives behind it.
 
 A backend owns process setup, sharding, wrapping, collectives, rank-0 gating and teardown. The
-training loop (distbench/loop.py) talks only to this interface; tasks never see it.
+training loop (distbench/loop.py) talks only to this interface; tasks never see it. Which launchers may
+start a backend is said in its registry entry (backends/__init__.py), not here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
+from enum import Enum
 from typing import ClassVar
 
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from backends import LAUNCH
-from distbench.errors import UserError
+from distbench.launch import LaunchEnv
 from distbench.sharding import EvalShardSampler, GlobalBatchSampler
 
 
-def launcher_from_env(env: os._Environ | dict = os.environ) -> str:
-    """Which launcher started this process, from the variables each one sets."""
-    if "HOROVOD_RANK" in env or "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env:
-        return "horovodrun"
-    if any(k.startswith("ACCELERATE_") for k in env) and "RANK" in env:
-        return "accelerate launch"
-    if "TORCHELASTIC_RUN_ID" in env:
-        return "torchrun"
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return "env (RANK/WORLD_SIZE)"
-    return "python"
+class ReduceOp(str, Enum):
+    """The reductions every backend's all_reduce supports, with the same result in each."""
 
-
-def env_world_size(env: os._Environ | dict = os.environ) -> int:
-    """World size announced by the launcher, readable before any process group exists."""
-    for key in ("WORLD_SIZE", "HOROVOD_SIZE"):
-        if key in env:
-            return int(env[key])
-    return 1
-
-
-def env_local_world_size(env: os._Environ | dict = os.environ) -> int:
-    for key in ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE"):
-        if key in env:
-            return int(env[key])
-    return 1
+    SUM = "sum"
+    AVG = "avg"
+    MAX = "max"
+    MIN = "min"
 
 
 def _own_generator() -> torch.Generator:
@@ -62,26 +43,14 @@ class Backend:
     """
 
     name: ClassVar[str] = "base"
-    # The launchers that may start this backend (see launcher_from_env).
-    launchers: ClassVar[tuple[str, ...]] = ("python",)
 
-    def __init__(self, precision: str = "fp32", timeout_s: int = 300):
+    def __init__(self, launch: LaunchEnv, precision: str = "fp32", timeout_s: int = 300):
+        self.launch = launch
         self.precision = precision
         self.timeout_s = timeout_s
         self.rank, self.world_size, self.local_rank = 0, 1, 0
         self.device = torch.device("cpu")
         self._train_sampler: GlobalBatchSampler | None = None
-
-    # ---- launch checks, before setup -------------------------------------------------------
-    @classmethod
-    def check_launcher(cls, env: os._Environ | dict = os.environ) -> None:
-        """Refuse to run under a launcher whose world this backend would not see correctly."""
-        launcher = launcher_from_env(env)
-        if launcher not in cls.launchers:
-            raise UserError(
-                f"--backend {cls.name} was started by {launcher}, which it cannot join; "
-                f"start it with: {LAUNCH[cls.name][0]}"
-            )
 
     @property
     def is_main(self) -> bool:
@@ -139,8 +108,15 @@ class Backend:
         return contextlib.nullcontext()
 
     # ---- collectives (return early at world size 1) ------------------------------------------
-    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        return t
+    def all_reduce(self, t: torch.Tensor, op: ReduceOp = ReduceOp.SUM) -> torch.Tensor:
+        """The reduction of `t` over every rank (a new tensor on every rank; `t` is left as it is)."""
+        op = ReduceOp(op)  # one error for an unknown op, in every backend
+        if self.world_size == 1:
+            return t.clone()
+        return self._all_reduce(t, op)
+
+    def _all_reduce(self, t: torch.Tensor, op: ReduceOp) -> torch.Tensor:
+        raise NotImplementedError(f"{type(self).__name__} runs at world size {self.world_size}: implement _all_reduce")
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's `t`, stacked along a new first dimension in rank order."""

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 from datetime import timedelta
 
 import torch
@@ -12,16 +10,13 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from backends.base import Backend
+from backends.base import Backend, ReduceOp
 from backends.torchelastic import init_process_group
+from distbench.launch import LOOPBACK, PYTHON, free_port
 
-_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-
-
-def free_loopback_port() -> int:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# DDP: gloo has no AVG; it is a SUM divided by the world size (the same result as NCCL's AVG).
+_OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.AVG: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX,
+        ReduceOp.MIN: dist.ReduceOp.MIN}  # fmt: skip
 
 
 def bucket_cap_mb(device: torch.device) -> float:
@@ -34,15 +29,14 @@ def bucket_cap_mb(device: torch.device) -> float:
 
 class DDPBackend(Backend):
     name = "ddp"
-    launchers = ("torchrun", "env (RANK/WORLD_SIZE)", "python")
 
     def setup(self) -> None:
-        if "RANK" not in os.environ:
+        if self.launch.launcher == PYTHON.name:
             # DDP: plain `python run.py --backend ddp` is a world of one; give it a private rendezvous
             # on loopback so that nothing listens on other interfaces.
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", str(free_loopback_port()))
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR=LOOPBACK)
+            os.environ.setdefault("MASTER_PORT", str(free_port()))
+        self.local_rank = self.launch.local_rank
         if torch.cuda.is_available():
             self.device = torch.device("cuda", self.local_rank)
             torch.cuda.set_device(self.device)
@@ -70,12 +64,10 @@ class DDPBackend(Backend):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model
 
-    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        if self.world_size == 1:
-            return t
+    def _all_reduce(self, t: torch.Tensor, op: ReduceOp) -> torch.Tensor:
         t = t.clone()
         dist.all_reduce(t, op=_OPS[op])
-        return t
+        return t / self.world_size if op is ReduceOp.AVG else t
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:

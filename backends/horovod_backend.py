@@ -7,7 +7,7 @@ import os
 import torch
 from torch import nn
 
-from backends.base import Backend
+from backends.base import Backend, ReduceOp
 from distbench.errors import BackendUnavailable
 
 try:
@@ -21,7 +21,6 @@ except ImportError as e:  # pragma: no cover - exercised only where horovod is m
 
 class HorovodBackend(Backend):
     name = "horovod"
-    launchers = ("horovodrun", "python")
 
     def setup(self) -> None:
         # Horovod: bound the Gloo rendezvous and collectives so survivors of a dead rank do not hang.
@@ -56,10 +55,9 @@ class HorovodBackend(Backend):
         with optimizer.skip_synchronize():
             optimizer.step()
 
-    def all_reduce(self, t: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        if self.world_size == 1:
-            return t
-        return hvd.allreduce(t, op={"sum": hvd.Sum, "max": hvd.Max, "min": hvd.Min}[op])
+    def _all_reduce(self, t: torch.Tensor, op: ReduceOp) -> torch.Tensor:
+        ops = {ReduceOp.SUM: hvd.Sum, ReduceOp.AVG: hvd.Average, ReduceOp.MAX: hvd.Max, ReduceOp.MIN: hvd.Min}
+        return hvd.allreduce(t, op=ops[op])
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:

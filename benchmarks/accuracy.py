@@ -1,6 +1,6 @@
 """MNIST accuracy per backend: every backend trains the default configuration for 5 epochs.
 
-    python benchmarks/accuracy.py [--seeds 0,1,2] [--nprocs 2] [--out docs/accuracy.md]
+    python -m benchmarks.accuracy [--seeds 0,1,2] [--nprocs 2] [--out docs/accuracy.md]
 
 Each backend runs at --nprocs processes with its own launcher (single: one process), evaluating after
 every epoch. The table gives the accuracy after each epoch, the best within the epochs, and the
@@ -19,10 +19,9 @@ from typing import Annotated
 
 import typer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from backends import command
 
-from distbench.launchers import command  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(
@@ -51,7 +50,7 @@ def main(
     lines = [
         f"# MNIST accuracy per backend ({epochs} epochs, target {target})",
         "",
-        "Produced by `python benchmarks/accuracy.py"
+        "Produced by `python -m benchmarks.accuracy"
         + (f" --seeds {seeds}" if seeds != "0,1,2" else "")
         + (f" --nprocs {nprocs}" if nprocs != 2 else "")
         + "` on the bundled offline split (4,500 train / 500 test digits), default configuration "

@@ -1,6 +1,6 @@
 """Run every bad input we guard against and print a markdown table of what the user sees.
 
-python benchmarks/bad_inputs.py > docs/bad-inputs.md
+python -m benchmarks.bad_inputs > docs/bad-inputs.md
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
     (tmp / "exists.json").write_text("{}")
     (tmp / "ckpt").mkdir()
     (tmp / "ckpt" / "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated")
+    (tmp / "not-a-tarball.tar.gz").write_bytes(b"<html>a captive portal</html>")
+    (tmp / "cache").mkdir()
+    subprocess.run([sys.executable, "run.py", "--max-steps", "4", "--checkpoint-every", "4", "--no-progress",
+                    "--checkpoint-dir", str(tmp / "done"), "--output", str(tmp / "done.json")], cwd=ROOT,
+                   env={**os.environ, "DISTBENCH_NO_DOWNLOAD": "1"}, check=True, capture_output=True)  # fmt: skip
+    bad_mirror = dict(DISTBENCH_NO_DOWNLOAD="0", DISTBENCH_CACHE=str(tmp / "cache"),
+                      DISTBENCH_MR_URL=(tmp / "not-a-tarball.tar.gz").as_uri())  # fmt: skip
     torchrun = dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x")
     bert = ["--task", "bert-sentiment", "--data-dir", str(MR)]
     return [
@@ -58,7 +65,10 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
         ("non-positive --head-lr", [*bert, "--head-lr", "0"], {}),
         ("--output .json exists (no --force)", ["--output", str(tmp / "exists.json")], {}),
         ("--output with another suffix", ["--output", "results.csv"], {}),
+        ("--output where nothing can be written", ["--output", "/proc/nope/run.json"], {}),
+        ("MR download that is not the archive", ["--task", "bert-sentiment", "--model", "tiny-random"], bad_mirror),
         ("corrupt checkpoint", ["--checkpoint-dir", str(tmp / "ckpt")], {}),
+        ("checkpoint past --max-steps", ["--checkpoint-dir", str(tmp / "done"), "--max-steps", "2"], {}),
         ("--backend horovod under torchrun", ["--backend", "horovod"], torchrun),
         ("--backend single with 2 processes", ["--backend", "single"], torchrun),
         ("--backend ddp under horovodrun", ["--backend", "ddp"], dict(HOROVOD_RANK="0", HOROVOD_SIZE="2")),
@@ -77,7 +87,7 @@ def main() -> None:
                                   text=True, timeout=120)  # fmt: skip
             seen = " / ".join(line for line in proc.stderr.strip().splitlines()).replace(str(tmp), "$TMP")
             shown = " ".join(shlex.quote(a) for a in args).replace(str(tmp), "$TMP").replace(str(MR), "$MR")
-            env_txt = " ".join(f"{k}={v}" for k, v in env.items() if k != "HF_HUB_OFFLINE")
+            env_txt = " ".join(f"{k}={v}" for k, v in env.items() if k != "HF_HUB_OFFLINE").replace(str(tmp), "$TMP")
             print(f"| {what} | `{(env_txt + ' ') if env_txt else ''}python run.py {shown}` | {proc.returncode} | "
                   f"{seen.replace('|', '/')} |")  # fmt: skip
 

@@ -1,6 +1,6 @@
 """BERT sentiment accuracy: one epoch on MR polarity at global batch 32, over several seeds.
 
-    python benchmarks/bert_accuracy.py [--data-dir ../shared/data/rt-polarity] [--seeds 0,1,2]
+    python -m benchmarks.bert_accuracy [--data-dir ../shared/data/rt-polarity] [--seeds 0,1,2]
         [--backend ddp --nprocs 2] [--recipe "--lr 5e-5"] [--out docs/bert-accuracy.md]
 
 The default recipe is `--lr 1e-4 --head-lr 1e-3 --dropout 0` (RECIPE below). Each seed is one full run
@@ -24,10 +24,10 @@ from typing import Annotated
 
 import typer
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from backends import command
 
-from distbench.launchers import command  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
+
 
 RECIPE = "--lr 1e-4 --head-lr 1e-3 --dropout 0"  # measured in docs/bert-accuracy.md and docs/bert.md
 
@@ -58,7 +58,7 @@ def main(
     accs = [r["eval_accuracy"] for _, r in rows]
     median = statistics.median(accs)
     first = rows[0][1]
-    shown = " ".join(["python benchmarks/bert_accuracy.py", *(["--data-dir", str(data_dir)] if data_dir else []),
+    shown = " ".join(["python -m benchmarks.bert_accuracy", *(["--data-dir", str(data_dir)] if data_dir else []),
                       "--seeds", seeds]
                      + (["--backend", backend, "--nprocs", str(nprocs)] if (backend, nprocs) != ("ddp", 2) else [])
                      + ([f'--recipe "{recipe}"'] if recipe != RECIPE else []))  # fmt: skip

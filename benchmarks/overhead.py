@@ -1,6 +1,6 @@
 """Adapter overhead, scaling and start-up: distbench against hand-written loops in each library's idiom.
 
-    python benchmarks/overhead.py [--pairs 3] [--steps 300] [--out docs/performance.md]
+    python -m benchmarks.overhead [--pairs 3] [--steps 300] [--out docs/performance.md]
 
 For ddp, accelerate and horovod at world sizes 1 and 2, the hand-written loop (benchmarks/handwritten/)
 and `run.py` with the same configuration (MNIST ConvNet, global batch 64, the same threads per process,
@@ -25,12 +25,13 @@ from typing import Annotated
 
 import typer
 
+from backends import REGISTRY, command
+from distbench.launch import local_argv, resolve
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from distbench.launchers import DEFAULT_LAUNCHER, command, launch_argv  # noqa: E402
 
-HAND = {"ddp": "ddp_mnist.py", "accelerate": "accelerate_mnist.py", "horovod": "horovod_mnist.py"}
+HAND = {"ddp": "ddp_mnist", "accelerate": "accelerate_mnist", "horovod": "horovod_mnist"}
 
 
 def _env() -> dict:
@@ -38,9 +39,9 @@ def _env() -> dict:
 
 
 def hand_written(backend: str, n: int, steps: int, threads: int) -> float:
-    script = str(ROOT / "benchmarks" / "handwritten" / HAND[backend])
-    cmd = launch_argv(DEFAULT_LAUNCHER[backend], n, [script, "--steps", str(steps), "--threads", str(threads)])
-    proc = subprocess.run(cmd, cwd=ROOT / "benchmarks" / "handwritten", env=_env(), capture_output=True, text=True)
+    program = ["-m", f"benchmarks.handwritten.{HAND[backend]}", "--steps", str(steps), "--threads", str(threads)]
+    cmd = resolve(local_argv(REGISTRY[backend].launchers[0], program, n))
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     # horovodrun prefixes each output line with the rank: "[0]<stdout>:{...}"
@@ -84,7 +85,7 @@ def ceiling_section(pairs: int, steps: int) -> list[str]:
     return [
         "## Hardware ceiling for two processes",
         "",
-        f"Produced by `python benchmarks/overhead.py --ceiling-only` (pairs={pairs}, steps={steps}): two independent "
+        f"Produced by `python -m benchmarks.overhead --ceiling-only` (pairs={pairs}, steps={steps}): two independent "
         "`single` runs with 1 thread each, started together (no communication at all), against one alone.",
         "",
         "| one process alone | two independent processes together | ratio to 2 x alone |",
@@ -144,7 +145,7 @@ def main(
     lines = [
         "# Performance",
         "",
-        f"Produced by `python benchmarks/overhead.py` (pairs={pairs}, steps={steps}) on "
+        f"Produced by `python -m benchmarks.overhead` (pairs={pairs}, steps={steps}) on "
         f"{datetime.now(UTC).date()}: {platform.processor() or platform.machine()}, {cores} cores, "
         f"{platform.platform()}, CPU only (gloo). MNIST ConvNet, global batch 64, bundled 4,500 training digits.",
         "",

@@ -1,6 +1,6 @@
 """Where DDP's scaling goes on this machine: the step of 2 processes taken apart, one cost at a time.
 
-    python benchmarks/scaling.py [--rounds 3] [--steps 300] [--out docs/performance.md --append]
+    python -m benchmarks.scaling [--rounds 3] [--steps 300] [--out docs/performance.md --append]
 
 Every configuration is the MNIST ConvNet with 1 thread per process, distbench's data path (digits decoded
 once, a batch fetched with one indexing operation) and Adadelta, timed over the same steady-state steps:
@@ -41,7 +41,6 @@ from typing import Annotated
 import typer
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 # (label, processes, mode, global batch, per-process baseline batch, pin each process to its own core)
 CONFIGS = [
@@ -137,14 +136,14 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
 
 
 def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin: bool, **extra_env: str) -> dict:
-    from distbench.launchers import launch_argv
+    from distbench.launch import HOROVODRUN, TORCHRUN, local_argv, resolve
 
-    argv = [str(Path(__file__).resolve()), "--worker", mode, "--batch", str(batch), "--steps", str(steps),
+    argv = ["-m", "benchmarks.scaling", "--worker", mode, "--batch", str(batch), "--steps", str(steps),
             "--warmup", str(warmup), "--pin" if pin else "--no-pin"]  # fmt: skip
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "OMP_NUM_THREADS": "1", **extra_env}
-    launcher = "horovodrun" if "horovod" in mode else "torchrun"
-    proc = subprocess.run(launch_argv(launcher, nprocs, argv), cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    launcher = HOROVODRUN if "horovod" in mode else TORCHRUN
+    cmd = resolve(local_argv(launcher, argv, nprocs))
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"scaling worker {mode} x{nprocs} failed:\n{proc.stderr[-2000:]}")
     # horovodrun prefixes each output line with the rank: "[0]<stdout>:{...}"
@@ -205,7 +204,7 @@ def main(
     lines = [
         "## Where the scaling goes: DDP at world size 2 taken apart",
         "",
-        f"Produced by `python benchmarks/scaling.py --rounds {rounds} --steps {steps}` on {datetime.now(UTC).date()}: "
+        f"Produced by `python -m benchmarks.scaling --rounds {rounds} --steps {steps}` on {datetime.now(UTC).date()}: "
         f"{os.cpu_count()} cores, {platform.platform()}. MNIST ConvNet, 1 thread per process, distbench's data "
         "path, Adadelta; median over the rounds (configurations alternate within each round).",
         "",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import gzip
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,15 +110,28 @@ def load_idx_folder(folder: Path) -> tuple[TensorBatchDataset, TensorBatchDatase
 
 # ---- sources -----------------------------------------------------------------------------------------
 def _download(root: Path) -> Path | None:
-    """torchvision's downloader into the user cache; None when offline."""
+    """torchvision's downloader into the user cache; None when offline. It downloads into a folder of its
+    own that replaces the cache entry only when all four files are there and readable, so a download cut
+    short never leaves a partial file for the next run to trip over."""
     from torchvision.datasets import MNIST
 
+    root.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=root.parent, prefix=".mnist-download-"))
     try:
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):  # torchvision narrates each mirror
-            MNIST(root=str(root), train=True, download=True)
-            MNIST(root=str(root), train=False, download=True)
+            MNIST(root=str(staging), train=True, download=True)
+            MNIST(root=str(staging), train=False, download=True)
+        if find_idx_dir(staging) is None:
+            return None
+        load_idx_folder(find_idx_dir(staging))  # readable, or a UserError naming the bad file
+        shutil.rmtree(root, ignore_errors=True)
+        os.replace(staging, root)
+    except UserError:
+        raise
     except Exception:  # torchvision raises RuntimeError/URLError/OSError depending on where it failed
         return None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return find_idx_dir(root)
 
 

@@ -9,9 +9,12 @@ says how to provide the files.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import io
+import os
 import tarfile
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +26,13 @@ from data.mnist import cache_dir, downloads_allowed
 from distbench.errors import UserError
 
 URL = "https://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
+
+
+def download_url() -> str:
+    """The release archive's address; DISTBENCH_MR_URL points at a mirror (its content is checked all the same)."""
+    return os.environ.get("DISTBENCH_MR_URL", URL)
+
+
 FILES = {"pos": "rt-polarity.pos", "neg": "rt-polarity.neg"}
 # sha256 of the decoded sentences (stripped, joined by "\n"): the same for the original latin-1 release
 # and for UTF-8 re-encodings of it, so it checks content rather than one byte encoding.
@@ -70,25 +80,51 @@ def find_files(root: Path) -> Path | None:
     return None
 
 
-def _download(target: Path) -> Path | None:
+def _fetch(url: str) -> bytes | None:
+    """The archive's bytes; None when there is no network (offline, refused, no such host)."""
     try:
-        with urllib.request.urlopen(URL, timeout=30) as r:
-            blob = r.read()
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return r.read()
+    except http.client.HTTPException as e:  # e.g. IncompleteRead: the connection broke mid-way
+        raise UserError(f"the download of {url} failed ({type(e).__name__}); try again or pass --data-dir") from e
     except OSError:
         return None
+
+
+def _sentence_files(blob: bytes, url: str) -> dict[str, list[str]]:
+    """{file name: sentences} from the release archive, each file checked against its reference digest."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+            members = tar.getmembers()
+            found = {}
+            for key, name in FILES.items():
+                member = next((m for m in members if m.name.endswith("/" + name) or m.name == name), None)
+                if member is None:
+                    raise UserError(f"the archive downloaded from {url} has no {name}; pass --data-dir")
+                found[key] = parse_lines(tar.extractfile(member).read(), f"{url}:{name}")
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        raise UserError(f"the download of {url} is not the expected .tar.gz archive ({e}); pass --data-dir") from e
+    for key, lines in found.items():
+        if content_digest(lines) != CONTENT_SHA256[key]:
+            raise UserError(f"the downloaded {FILES[key]} does not match the reference checksum; pass --data-dir")
+    return {FILES[key]: lines for key, lines in found.items()}
+
+
+def _download(target: Path, url: str) -> Path | None:
+    """Download and check both files, then write them into the cache; nothing is written unless both
+    are good, and a failed write leaves no partial file."""
+    blob = _fetch(url)
+    if blob is None:
+        return None
+    files = _sentence_files(blob, url)
     target.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        for name in FILES.values():
-            member = next((m for m in tar.getmembers() if m.name.endswith("/" + name) or m.name == name), None)
-            if member is None:
-                raise UserError(f"the downloaded archive {URL} has no {name}")
-            lines = parse_lines(tar.extractfile(member).read(), f"{URL}:{name}")
-            key = "pos" if name.endswith("pos") else "neg"
-            if content_digest(lines) != CONTENT_SHA256[key]:
-                raise UserError(f"the downloaded {name} does not match the reference checksum; pass --data-dir")
-            tmp = target / (name + ".tmp")
+    for name, lines in files.items():
+        tmp = target / (name + ".tmp")
+        try:
             tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
             tmp.replace(target / name)
+        finally:
+            tmp.unlink(missing_ok=True)
     return target
 
 
@@ -104,8 +140,8 @@ def load_sentences(data_dir: Path | None) -> Sentences:
         folder = find_files(cached)
         source = f"cache:{cached}"
         if folder is None and downloads_allowed():
-            folder = _download(cached)
-            source = f"download:{URL}"
+            folder = _download(cached, download_url())
+            source = f"download:{download_url()}"
         if folder is None:
             raise UserError(
                 "the MR polarity data is not cached and cannot be downloaded (offline?): pass --data-dir DIR with "

@@ -1,8 +1,9 @@
 """Checkpoints: everything needed to continue a run exactly, written atomically by the main process.
 
 A checkpoint holds the model and optimizer (and scheduler) state, the data position (global step;
-epoch and step within it follow from the steps per epoch), every rank's RNG state, the loss history
-so far and the config. It is read with `torch.load(weights_only=True)`: no pickled code is run.
+epoch and step within it follow from the steps per epoch), every rank's generator states (CPU and
+device, see distbench/rng.py), the loss history so far and the config. It is read with
+`torch.load(weights_only=True)`: no pickled code is run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from distbench.errors import UserError
 
 FILENAME = "checkpoint.pt"
-FORMAT = 1
+FORMAT = 2  # 2: "rng" is {"cpu": [world, n], DEVICE: [world, m]}; 1 (still read): the CPU states alone
 # Options that must match for a resumed run to continue the same optimisation.
 MUST_MATCH = (
     "task", "model", "batch_size", "seed", "lr", "dropout", "max_length", "precision", "schedule",
@@ -50,8 +51,10 @@ def load(path: Path, config: dict, world_size: int) -> dict:
     except Exception as e:  # truncated zip, wrong format, disallowed pickle: all "unreadable"
         first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
         raise UserError(f"checkpoint {path} is corrupt or not a distbench checkpoint ({first[:160]})") from e
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in (1, FORMAT):
         raise UserError(f"checkpoint {path} is not a distbench checkpoint (format {FORMAT})")
+    if state["format"] == 1:
+        state["rng"] = {"cpu": state["rng"]}
     saved = state["config"]
     for key in MUST_MATCH:
         if saved.get(key) != config.get(key):
@@ -63,5 +66,11 @@ def load(path: Path, config: dict, world_size: int) -> dict:
         raise UserError(
             f"checkpoint {path} was written at world size {state['world_size']}; resume it with "
             f"{state['world_size']} processes (each rank's RNG state is restored) or use another --checkpoint-dir"
+        )
+    max_steps = config.get("max_steps")
+    if max_steps is not None and state["step"] > max_steps:
+        raise UserError(
+            f"checkpoint {path} is at step {state['step']}, past --max-steps {max_steps}; raise --max-steps or "
+            "use another --checkpoint-dir"
         )
     return state

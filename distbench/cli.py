@@ -5,8 +5,10 @@ Each option maps one to one onto a RunConfig field. Bad input is one line on std
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -116,14 +118,27 @@ def _invoke(app: typer.Typer, args: list[str], prog: str) -> int:
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return 2
     except UserError as e:
-        if _is_main_process():
+        from distbench import launch
+
+        if launch.current().is_main:
             print(f"error: {e}", file=sys.stderr)
+        _record_for_torchrun(f"error: {e}")
         return e.exit_code
     return rv if isinstance(rv, int) else 0
 
 
-def _is_main_process() -> bool:
-    return os.environ.get("RANK", os.environ.get("HOROVOD_RANK", "0")) == "0"
+def _record_for_torchrun(line: str) -> None:
+    """torchrun (and accelerate launch, which runs its agent) reads a failed worker's error file
+    (TORCHELASTIC_ERROR_FILE) for the root cause of its failure summary; without one it says only
+    "To enable traceback see ...". The message goes there without a traceback: it is the one line."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}, f)
+    except OSError:
+        pass  # the summary is then torchrun's default; the line is on stderr all the same
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,12 +21,12 @@ from typing import Annotated
 
 import typer
 
+from backends import NAMES, get_spec, typed_command
 from distbench.config import TaskName, default_threads
 from distbench.errors import UserError
-from distbench.launchers import command
+from distbench.launch import resolve
 
 compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-BACKENDS = ("single", "ddp", "accelerate", "horovod")
 
 
 def _csv(value: str, what: str) -> list[str]:
@@ -106,7 +106,7 @@ def run_one(cmd: list[str], out_json: Path, timeout_s: float, log_path: Path) ->
 def compare(
     out: Annotated[Path, typer.Option(help="Output folder (results.jsonl, summary.csv, report.md, plots).")],
     task: Annotated[TaskName, typer.Option()] = TaskName.mnist,
-    backends: Annotated[str, typer.Option(help="Comma-separated backends.")] = ",".join(BACKENDS),
+    backends: Annotated[str, typer.Option(help="Comma-separated backends.")] = ",".join(NAMES),
     nprocs: Annotated[str, typer.Option(help="Comma-separated world sizes.")] = "1,2",
     max_steps: Annotated[int | None, typer.Option(help="Global steps per run.")] = None,
     epochs: Annotated[int | None, typer.Option(help="Epochs per run (default: the task's).")] = None,
@@ -121,9 +121,8 @@ def compare(
     extra: Annotated[str, typer.Option(help="Extra run.py options, quoted, e.g. '--precision bf16'.")] = "",
 ) -> None:
     backend_list = _csv(backends, "backends")
-    unknown = [b for b in backend_list if b not in BACKENDS]
-    if unknown:
-        raise UserError(f"unknown backend {unknown[0]!r}; choose from {', '.join(BACKENDS)}")
+    for b in backend_list:
+        get_spec(b)  # an unknown name is one line
     try:
         world_sizes = [int(n) for n in _csv(nprocs, "nprocs")]
     except ValueError as e:
@@ -160,12 +159,12 @@ def compare(
             name = f"{task.value}-{backend}-w{n}-t{t}"
             out_json = out / "runs" / f"{name}.json"
             out_json.unlink(missing_ok=True)
-            cmd = command(backend, n, [*base_args, "--threads", str(t), "--output", str(out_json), "--force"])
+            cmd = typed_command(backend, n, [*base_args, "--threads", str(t), "--output", str(out_json), "--force"])
             label = f"[{i}/{len(runs)}] {backend} x{n} ({t} thread{'s' if t > 1 else ''}/process)"
             print(f"{label}: running ({len(runs) - i} after this)", file=sys.stderr, flush=True)
-            record = run_one(cmd, out_json, run_timeout_s, out / "runs" / f"{name}.log")
+            record = run_one(resolve(cmd), out_json, run_timeout_s, out / "runs" / f"{name}.log")
             record.update(backend=backend, world_size=n, task=task.value, threads_per_process=t, baseline=baseline,
-                          command=" ".join(shlex.quote(c) for c in _display(cmd)))  # fmt: skip
+                          command=" ".join(shlex.quote(c) for c in cmd))  # fmt: skip
             with open(results, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
             if record["status"] == "ok":
@@ -181,12 +180,6 @@ def compare(
     report_md = _write_report(out)
     print(report_md.split("## Environment")[0].rstrip())
     print(f"\nreport: {out / 'report.md'} (plots, summary.csv and results.jsonl beside it)")
-
-
-def _display(cmd: list[str]) -> list[str]:
-    """The command as a user would type it: launchers and python by name, not by venv path."""
-    shown = [Path(c).name if i == 0 or c == sys.executable else c for i, c in enumerate(cmd)]
-    return ["python" if c == Path(sys.executable).name else c for c in shown]
 
 
 def _write_report(out: Path) -> str:

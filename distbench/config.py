@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from pathlib import Path
 
+from backends import NAMES
 from distbench.errors import UserError
 
-
-class BackendName(str, Enum):
-    single = "single"
-    ddp = "ddp"
-    accelerate = "accelerate"
-    horovod = "horovod"
+BackendName = Enum("BackendName", {name: name for name in NAMES}, type=str)  # the registry's names, for typer
 
 
 class TaskName(str, Enum):
@@ -69,9 +66,32 @@ class RunConfig:
         return d
 
 
+def available_cpus() -> int:
+    """The CPUs this process may run on: its affinity mask (taskset, a cgroup cpuset, Slurm), not the
+    machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def default_threads(local_world_size: int) -> int:
-    """Cores divided among the processes of this machine, at least one each."""
-    return max(1, (os.cpu_count() or 1) // max(1, local_world_size))
+    """The CPUs this process may use divided among the processes of this machine, at least one each."""
+    return max(1, available_cpus() // max(1, local_world_size))
+
+
+def check_output_writable(path: Path, is_main: bool = True) -> None:
+    """Create the record's folder and write a scratch file there now, so that a run cannot train to its
+    end and then fail to keep its result. Only the main process writes the record, so only it checks."""
+    if not is_main:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+        if path.exists() and not os.access(path, os.W_OK):
+            raise PermissionError(f"{path} is read-only")
+    except OSError as e:
+        raise UserError(f"--output {path} cannot be written ({e.strerror or e})") from e
 
 
 def validate(cfg: RunConfig, world_size: int) -> None:

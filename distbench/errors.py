@@ -9,3 +9,9 @@ class UserError(Exception):
 
 class BackendUnavailable(UserError):
     """The backend's library is not installed (or was built without what we need)."""
+
+
+class RecordNotWritten(UserError):
+    """The run finished but its record could not be written (it is printed to stderr instead)."""
+
+    exit_code = 1

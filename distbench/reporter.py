@@ -13,6 +13,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from distbench.errors import RecordNotWritten
+
 
 class Reporter:
     def __init__(self, is_main: bool, progress: bool = True):
@@ -40,8 +42,17 @@ class Reporter:
             self._bar = None
 
     def write_record(self, record: dict, path: Path) -> None:
-        if self.is_main:
+        """Write the record; if that fails now (the folder was checked at start-up), print it to stderr so
+        that the run's result is not lost, and fail."""
+        if not self.is_main:
+            return
+        try:
             write_record(record, path)
+        except OSError as e:
+            print(json.dumps(record, sort_keys=True), file=sys.stderr, flush=True)
+            raise RecordNotWritten(
+                f"could not write the record to {path} ({e.strerror or e}); it is the JSON line above, on stderr"
+            ) from e
 
     def summary(self, record: dict, path: Path) -> None:
         if not self.is_main:

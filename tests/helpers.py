@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from distbench.launchers import command
+from backends import command
 
 ROOT = Path(__file__).resolve().parents[1]
 MR_DATA = ROOT.parent / "shared" / "data" / "rt-polarity"

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
 
 def test_overhead_benchmark_runs_every_backend(tmp_path):
     out = tmp_path / "perf.md"
-    run_cmd([sys.executable, "benchmarks/overhead.py", "--pairs", "1", "--steps", "12", "--world-sizes", "2",
+    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--pairs", "1", "--steps", "12", "--world-sizes", "2",
              "--out", str(out)], timeout=560, env=child_env(tmp_path))  # fmt: skip
     text = out.read_text()
     for backend in ("ddp", "accelerate", "horovod"):
@@ -22,7 +22,7 @@ def test_overhead_benchmark_runs_every_backend(tmp_path):
 
 def test_accuracy_benchmark_runs(tmp_path):
     out = tmp_path / "acc.md"
-    run_cmd([sys.executable, "benchmarks/accuracy.py", "--seeds", "0", "--backends", "single,ddp", "--epochs", "1",
+    run_cmd([sys.executable, "-m", "benchmarks.accuracy", "--seeds", "0", "--backends", "single,ddp", "--epochs", "1",
              "--out", str(out)], timeout=300, env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
     text = out.read_text()
     assert "| single | 1 | 0 |" in text and "| ddp | 2 | 0 |" in text
@@ -30,7 +30,7 @@ def test_accuracy_benchmark_runs(tmp_path):
 
 def test_scaling_benchmark_runs_every_configuration(tmp_path):
     out = tmp_path / "scaling.md"
-    run_cmd([sys.executable, "benchmarks/scaling.py", "--rounds", "1", "--steps", "5", "--out", str(out)],
+    run_cmd([sys.executable, "-m", "benchmarks.scaling", "--rounds", "1", "--steps", "5", "--out", str(out)],
             timeout=400, env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
     text = out.read_text()
     for label in ("single, batch 32", "x2 independent", "x2 lockstep", "x2 ddp, global 128", "x2 horovod, global 64"):
@@ -42,7 +42,7 @@ def test_scaling_benchmark_runs_every_configuration(tmp_path):
 
 def test_bert_accuracy_benchmark_runs(tmp_path):
     out = tmp_path / "bert.md"
-    run_cmd([sys.executable, "benchmarks/bert_accuracy.py", "--data-dir", str(MR_DATA), "--seeds", "0,1",
+    run_cmd([sys.executable, "-m", "benchmarks.bert_accuracy", "--data-dir", str(MR_DATA), "--seeds", "0,1",
              "--recipe", "--model tiny-random --max-steps 2", "--out", str(out)], timeout=400,
             env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
     text = out.read_text()

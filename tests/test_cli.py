@@ -58,7 +58,11 @@ def test_batch_not_divisible_by_world_size(tmp_path):
         ("horovod", dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x"), "torchrun"),
         ("ddp", dict(HOROVOD_RANK="0", HOROVOD_SIZE="2", HOROVOD_LOCAL_RANK="0"), "horovodrun"),
         ("accelerate", dict(HOROVOD_RANK="0", HOROVOD_SIZE="2", HOROVOD_LOCAL_RANK="0"), "horovodrun"),
-        ("single", dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x"), "started with 2"),
+        (
+            "single",
+            dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x"),
+            "started by torchrun with 2",
+        ),
     ],
 )
 def test_wrong_launcher_is_refused(tmp_path, backend, env, fragment):
@@ -114,3 +118,24 @@ def test_single_run_writes_a_complete_record(tmp_path):
     # a second run appends; the first record is kept
     run_py(["--max-steps", "2", "--output", str(out), "--no-progress"], tmp_path, expect_rc=0)
     assert len(read_records(out)) == 2
+
+
+def test_unwritable_output_is_refused_before_training(tmp_path):
+    proc = run_py(["--output", "/proc/nope/x.json", "--epochs", "50"], tmp_path, timeout=60)
+    assert_one_line_error(proc, "--output /proc/nope/x.json cannot be written")
+    assert "notice" not in proc.stderr  # refused before any data was loaded
+
+
+def test_a_record_that_cannot_be_written_at_the_end_goes_to_stderr(tmp_path, capsys):
+    """The folder was writable at start-up but is not at the end: the record is printed, the run fails."""
+    import json
+    from pathlib import Path
+
+    from distbench.errors import RecordNotWritten
+    from distbench.reporter import Reporter
+
+    record = {"backend": "single", "final_loss": 0.25}
+    with pytest.raises(RecordNotWritten) as e:
+        Reporter(is_main=True).write_record(record, Path("/proc/nope/x.json"))
+    assert e.value.exit_code != 0 and "/proc/nope/x.json" in str(e.value)
+    assert json.loads(capsys.readouterr().err) == record

@@ -1,11 +1,15 @@
-"""Real multi-process runs on CPU/gloo, started by each backend's own launcher, each with a timeout."""
+"""Real multi-process runs of run.py on CPU/gloo, started by each backend's own launcher, each with a timeout.
+
+The per-rank contract of the backends (collectives, sharding, agreement, generators) is checked by
+tests/scripts/contract.py (tests/test_contract.py); these tests check whole runs."""
 
 import os
 import sys
 
 import pytest
 
-from distbench.launchers import BIN
+from backends import REGISTRY
+from distbench.launch import BIN, TORCHRUN
 from distbench.reporter import read_records
 from tests.helpers import launch, read_record, run_cmd
 
@@ -45,19 +49,6 @@ def test_documented_commands(tmp_path, cmd, backend, world):
     assert "samples/s" in proc.stdout
 
 
-@pytest.mark.parametrize(
-    "backend,launcher",
-    [("ddp", "torchrun"), ("accelerate", "accelerate"), ("accelerate", "torchrun"), ("horovod", "horovodrun")],
-)
-def test_two_processes(tmp_path, backend, launcher):
-    rec = run_launch(tmp_path, backend, 2, ["--max-steps", "6"], launcher)
-    assert rec["world_size"] == 2 and rec["per_rank_batch_size"] == 32 and rec["eval_count"] == 500
-    assert rec["environment"]["threads_per_process"] == 1
-    # each process computes on its own core (the main process on the first it may use)
-    available = sorted(os.sched_getaffinity(0))
-    assert rec["environment"]["pinned_cores"] == (available[:1] if len(available) >= 2 else None)
-
-
 def test_exact_evaluation_at_world_size_3(tmp_path):
     rec = run_launch(tmp_path, "ddp", 3, ["--max-steps", "2", "--batch-size", "48"])
     assert rec["world_size"] == 3 and rec["eval_count"] == 500  # 167 + 167 + 166, none padded
@@ -66,11 +57,15 @@ def test_exact_evaluation_at_world_size_3(tmp_path):
 def test_batch_not_dividing_the_world_fails_cleanly(tmp_path):
     proc = run_cmd(launch("ddp", 2, ["--batch-size", "63", *COMMON]), timeout=120, env=_env(tmp_path), expect_rc=None)
     assert proc.returncode != 0
-    assert "error: --batch-size 63 is the global batch and must divide evenly across 2 processes" in proc.stderr
+    line = "error: --batch-size 63 is the global batch and must divide evenly across 2 processes"
+    assert line in proc.stderr.split("Traceback")[0]  # printed by rank 0, before torchrun's own report
+    # torchrun's failure summary names that line as the root cause (through the worker's error file)
+    summary = proc.stderr[proc.stderr.index("Root Cause") :]
+    assert f"traceback : {line}" in summary and "To enable traceback" not in summary
 
 
 def test_horovod_under_torchrun_is_refused(tmp_path):
-    proc = run_cmd(launch("horovod", 2, COMMON, "torchrun"), timeout=120, env=_env(tmp_path), expect_rc=None)
+    proc = run_cmd(launch("horovod", 2, COMMON, TORCHRUN), timeout=120, env=_env(tmp_path), expect_rc=None)
     assert proc.returncode != 0 and "--backend horovod was started by torchrun" in proc.stderr
 
 
@@ -95,3 +90,9 @@ def test_backends_follow_the_single_process_optimisation_path(tmp_path, referenc
     assert max_diff < 1e-4
     assert rec["eval_count"] == reference["eval_count"] == 500
     assert rel_checksum < 1e-3
+    assert rec["world_size"] == 2 and rec["per_rank_batch_size"] == 32
+    assert rec["launcher"] == REGISTRY[backend].launchers[0].name
+    assert rec["environment"]["threads_per_process"] == 1
+    # each process computes on its own core (the main process on the first it may use)
+    available = sorted(os.sched_getaffinity(0))
+    assert rec["environment"]["pinned_cores"] == (available[:1] if len(available) >= 2 else None)

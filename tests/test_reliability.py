@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from distbench.launchers import BIN, free_port, launch_argv
+from distbench.launch import ACCELERATE, BIN, TORCHRUN, free_port, local_argv, resolve
 from tests.helpers import child_env, launch, read_record, run_cmd
 from tests.test_cli import assert_one_line_error
 
@@ -38,18 +38,18 @@ def test_killed_rank_stops_the_job_within_the_timeout(tmp_path, backend):
 # multi-machine form) and with its default static one, and accelerate launch (static, through torchrun's
 # agent). The restarted round must connect at once: the agent keeps one store for all rounds, and the
 # keys of the failed round are still in it (backends/torchelastic.py).
-def _restarting(launcher: str, flag: list[str]) -> list[str]:
-    """launch_argv's command for 2 processes with the restart flag after the launcher's own name."""
-    argv = launch_argv(launcher, 2, [])
-    at = 2 if launcher == "accelerate" else 1  # after `accelerate launch`, or after `torchrun`
+def _restarting(launcher, flag: list[str]) -> list[str]:
+    """The launcher's local command for 2 processes with the restart flag after the launcher's own name."""
+    argv = resolve(local_argv(launcher, [], 2))
+    at = 2 if launcher is ACCELERATE else 1  # after `accelerate launch`, or after `torchrun`
     return [*argv[:at], *flag, *argv[at:]]
 
 
 ELASTIC = {
     "torchrun-c10d": ("ddp", lambda: [str(BIN / "torchrun"), "--max-restarts=1", "--nproc_per_node", "2",
                                       "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]),
-    "torchrun-static": ("ddp", lambda: _restarting("torchrun", ["--max-restarts=1"])),
-    "accelerate-launch": ("accelerate", lambda: _restarting("accelerate", ["--max_restarts", "1"])),
+    "torchrun-static": ("ddp", lambda: _restarting(TORCHRUN, ["--max-restarts=1"])),
+    "accelerate-launch": ("accelerate", lambda: _restarting(ACCELERATE, ["--max_restarts", "1"])),
 }  # fmt: skip
 
 

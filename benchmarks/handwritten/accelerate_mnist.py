@@ -4,8 +4,9 @@ accelerate launch --multi_gpu --num_processes N accelerate_mnist.py (or python f
 import torch
 import torch.nn.functional as F
 from accelerate import Accelerator
-from common import ConvNet, Window, args, mnist_in_memory
 from torch.utils.data import DataLoader
+
+from benchmarks.handwritten.common import ConvNet, Window, args, mnist_in_memory
 
 
 def main():

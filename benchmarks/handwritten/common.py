@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-from pathlib import Path
 
 import torch
 from torch.utils.data import TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from models.convnet import ConvNet  # noqa: E402,F401  (the same network; the loop is what is compared)
+from models.convnet import ConvNet  # noqa: F401  (the same network; the loop is what is compared)
 
 
 def args() -> argparse.Namespace:

@@ -5,10 +5,11 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from common import ConvNet, Window, args, mnist_in_memory
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
+
+from benchmarks.handwritten.common import ConvNet, Window, args, mnist_in_memory
 
 
 def main():

@@ -4,9 +4,10 @@ horovodrun -np N python horovod_mnist.py"""
 import horovod.torch as hvd
 import torch
 import torch.nn.functional as F
-from common import ConvNet, Window, args, mnist_in_memory
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
+
+from benchmarks.handwritten.common import ConvNet, Window, args, mnist_in_memory
 
 
 def main():

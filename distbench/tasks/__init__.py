@@ -23,11 +23,11 @@ class Task(Protocol):
     def build_model(self) -> nn.Module: ...
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer: ...
     def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int, steps_per_epoch: int): ...
-    def datasets(self) -> tuple[Dataset, Dataset]: ...  # train, test; the same on every rank
+    # train, test (the same on every rank) and what they are: {name, source, n_train, n_test, notice?}
+    def datasets(self) -> tuple[Dataset, Dataset, dict]: ...
     def collate(self, samples): ...
     def step(self, model: nn.Module, batch) -> torch.Tensor: ...  # the mean loss; no backward here
     def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]: ...  # sums: correct, count, loss_sum
-    def dataset_info(self) -> dict: ...
 
 
 TASKS = {"mnist": "distbench.tasks.mnist:MnistTask", "bert-sentiment": "distbench.tasks.bert:BertSentimentTask"}
@@ -42,6 +42,17 @@ def with_defaults(cfg: RunConfig) -> RunConfig:
     if cfg.task not in DEFAULTS:
         raise UserError(f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
     return cfg.with_task_defaults(**DEFAULTS[cfg.task])
+
+
+def load_datasets(task: Task) -> tuple[Dataset, Dataset, dict]:
+    """The task's datasets; any failure of the data path (a bad download, an unreadable file) is one line."""
+    try:
+        return task.datasets()
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a data source raises, the user gets one line
+        detail = " ".join(str(e).split())[:200] or type(e).__name__
+        raise UserError(f"the {task.name} data could not be loaded: {type(e).__name__}: {detail}") from e
 
 
 def build_task(cfg: RunConfig) -> Task:

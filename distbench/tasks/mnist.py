@@ -19,7 +19,6 @@ class MnistTask:
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
-        self._info = None
 
     def build_model(self) -> nn.Module:
         return ConvNet(dropout=self.cfg.dropout)
@@ -34,11 +33,7 @@ class MnistTask:
 
     def datasets(self):
         train, test, info = load_mnist(self.cfg.data_dir)
-        self._info = info
-        return train, test
-
-    def dataset_info(self) -> dict:
-        return dataclasses.asdict(self._info)
+        return train, test, dataclasses.asdict(info)
 
     collate = staticmethod(collate_tensor_batch)
 

@@ -1,0 +1,106 @@
+"""The results record: one JSON object per run, a stable contract (fields listed in docs/architecture.md).
+
+Built on every rank (its collectives need all of them); only the main process writes it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from typing import TYPE_CHECKING
+
+import torch
+
+import distbench
+from backends.base import Backend, ReduceOp
+
+if TYPE_CHECKING:
+    from distbench.loop import Trainer
+    from distbench.timer import StepTimer
+
+
+@dataclass
+class Facts:
+    """What the record says about this process beyond training: when it started, its cores."""
+
+    proc_start: float  # unix time the process started (start-up is measured from it)
+    started_at: str
+    cores: list[int] | None = None  # the cores this process is pinned to; None: not pinned
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def environment(backend: Backend, threads: int, cores: list[int] | None) -> dict:
+    return {
+        "torch": torch.__version__,
+        "accelerate": _version("accelerate"),
+        "horovod": _version("horovod"),
+        "transformers": _version("transformers"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "threads_per_process": threads,
+        "pinned_cores": cores,  # this process's cores (see distbench/affinity.py); None: not pinned
+        "device": str(backend.device),
+        "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
+    }
+
+
+def peak_memory_mb(backend: Backend) -> float:
+    if backend.device.type == "cuda":
+        return torch.cuda.max_memory_allocated(backend.device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[dict]) -> dict:
+    backend, cfg, parts = trainer.backend, trainer.cfg, trainer.parts
+    loss_history = trainer.loss_history()
+    peak = backend.all_reduce(torch.tensor([peak_memory_mb(backend)], device=backend.device), ReduceOp.MAX).item()
+    checksum = float(sum(p.detach().double().sum() for p in backend.unwrap(parts.model).parameters()))
+    final = evals[-1]
+    first_step = timer.first_step_unix
+    return {
+        "schema_version": distbench.SCHEMA_VERSION,
+        "backend": backend.name,
+        "task": trainer.task.name,
+        "world_size": backend.world_size,
+        "global_batch_size": cfg.batch_size,
+        "per_rank_batch_size": cfg.batch_size // backend.world_size,
+        "seed": cfg.seed,
+        "steps": trainer.step,
+        "resumed_from_step": trainer.step - timer.steps,
+        "steps_per_epoch": parts.steps_per_epoch,
+        "epochs": round(trainer.step / parts.steps_per_epoch, 4),
+        **timer.summary(cfg.batch_size),
+        "startup_s": (first_step - facts.proc_start) if first_step else None,
+        "first_step_unix": first_step,  # lets a driver measure launch-to-first-step, launcher included
+        "peak_rss_mb": peak,
+        "final_loss": loss_history[-1] if loss_history else float("nan"),
+        "loss_history": loss_history,
+        "eval_accuracy": final["accuracy"],
+        "eval_loss": final["loss"],
+        "eval_count": final["count"],
+        "eval_history": evals,
+        "target_accuracy": cfg.target_accuracy,
+        "time_to_target_s": trainer.time_to_target_s,
+        "param_checksum": checksum,
+        "dataset": parts.dataset_info,
+        "environment": environment(backend, cfg.threads, facts.cores),
+        "launcher": backend.launch.launcher,
+        # torchrun: how often this machine's agent had restarted the worker group when this run began
+        "launcher_restarts": backend.launch.restart_count,
+        "precision": cfg.precision,
+        "config": cfg.to_dict(),
+        "started_at": facts.started_at,
+        "wall_time_s": time.time() - facts.proc_start,
+    }

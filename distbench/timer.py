@@ -1,0 +1,101 @@
+"""Step timing: steady-state throughput, per-step percentiles and the phases of a step.
+
+The first `warmup` steps (start-up, allocator and thread-pool warm-up) are left out. The timed window
+opens with a barrier after them and closes with one after the last step, on the main process's wall
+clock; evaluations inside it are subtracted, so throughput is training alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms")
+
+
+@dataclass
+class Span:
+    seconds: float = 0.0
+    trained_s: float = 0.0  # training time before this span began (excluded spans not counted)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+class StepTimer:
+    def __init__(self, barrier: Callable[[], None], warmup: int):
+        self.barrier, self.warmup = barrier, warmup
+        self.steps = 0  # steps timed by this timer (after a resume: since the resume)
+        self.step_ms: list[float] = []
+        self.phase_ms = dict.fromkeys(PHASES, 0.0)
+        self.first_step_unix: float | None = None
+        self._t_begin = self._t_window = self._t_end = None
+        self._excluded_s = 0.0  # evaluation time inside the window
+        self._excluded_total_s = 0.0
+        self._t0 = self._last = 0.0
+        self._current: dict[str, float] = {}
+
+    def begin(self) -> None:
+        self._t_begin = time.perf_counter()
+        if self.warmup == 0:
+            self._t_window = self._t_begin
+
+    def start_step(self) -> None:
+        self._t0 = self._last = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        """The phase that ends now (one of PHASES) took the time since the previous mark."""
+        now = time.perf_counter()
+        self._current[phase] = (now - self._last) * 1e3
+        self._last = now
+
+    def end_step(self) -> None:
+        self.steps += 1
+        if self.first_step_unix is None:
+            self.first_step_unix = time.time()
+        if self.steps > self.warmup:
+            self.step_ms.append((self._last - self._t0) * 1e3)
+            for phase, ms in self._current.items():
+                self.phase_ms[phase] += ms
+        if self.steps == self.warmup:
+            self.barrier()
+            self._t_window = time.perf_counter()
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[Span]:
+        """A span (an evaluation) that is not training time."""
+        t0 = time.perf_counter()
+        span = Span(trained_s=t0 - (self._t_begin or t0) - self._excluded_total_s)
+        yield span
+        span.seconds = time.perf_counter() - t0
+        self._excluded_total_s += span.seconds
+        if self._t_window is not None and self._t_end is None:
+            self._excluded_s += span.seconds
+
+    def finish(self) -> None:
+        self.barrier()
+        self._t_end = time.perf_counter()
+
+    @property
+    def steady_steps(self) -> int:
+        return max(0, self.steps - self.warmup)
+
+    def summary(self, global_batch: int) -> dict:
+        window_s = self._t_end - (self._t_window or self._t_begin) - self._excluded_s
+        steady = self.steady_steps
+        n = max(1, steady)
+        return {
+            "warmup_steps": self.warmup,
+            "samples_per_sec": global_batch * steady / window_s if window_s > 0 and steady else float("nan"),
+            "step_time_ms": {"p50": percentile(self.step_ms, 0.5), "p90": percentile(self.step_ms, 0.9)},
+            "step_breakdown_ms": {k: v / n for k, v in self.phase_ms.items()},
+        }

@@ -1,0 +1,21 @@
+"""The backend contract on every rank, under each backend's own launcher (tests/scripts/contract.py)."""
+
+import pytest
+
+from backends import REGISTRY
+from distbench.launch import TORCHRUN, local_argv, resolve
+from tests.helpers import child_env, run_cmd
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(200)]
+
+
+@pytest.mark.parametrize(
+    "backend,launcher",
+    [("ddp", None), ("accelerate", None), ("accelerate", TORCHRUN), ("horovod", None)],
+    ids=["ddp-torchrun", "accelerate-launch", "accelerate-torchrun", "horovod-horovodrun"],
+)
+def test_contract_holds_on_every_rank(tmp_path, backend, launcher):
+    launcher = launcher or REGISTRY[backend].launchers[0]
+    cmd = resolve(local_argv(launcher, ["-m", "tests.scripts.contract", "--backend", backend], 2))
+    proc = run_cmd(cmd, timeout=150, env=child_env(tmp_path))
+    assert f"contract ok: {backend} x2 under {launcher.name}" in proc.stdout

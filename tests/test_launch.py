@@ -1,0 +1,93 @@
+"""Launchers and the launch environment: read once, from each launcher's own variables; one registry."""
+
+import os
+import sys
+
+import pytest
+
+from backends import NAMES, REGISTRY, command, launch_help, typed_command
+from distbench import config
+from distbench.errors import UserError
+from distbench.launch import ACCELERATE, BY_HAND, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv, resolve
+from tests.helpers import child_env, read_record, run_cmd
+
+TORCH_VARS = dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="1")
+
+
+@pytest.mark.parametrize(
+    "env,expected",
+    [
+        ({}, LaunchEnv("python")),
+        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_RESTART_COUNT": "2"},
+         LaunchEnv("torchrun", 1, 1, 4, 2, restart_count=2)),
+        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "ACCELERATE_MIXED_PRECISION": "no"},
+         LaunchEnv("accelerate launch", 1, 1, 4, 2)),
+        (dict(HOROVOD_RANK="3", HOROVOD_SIZE="4", HOROVOD_LOCAL_RANK="1", HOROVOD_LOCAL_SIZE="2"),
+         LaunchEnv("horovodrun", 3, 1, 4, 2)),
+        (TORCH_VARS, LaunchEnv("env (RANK/WORLD_SIZE)", 1, 1, 4, 2)),
+    ],
+    ids=["python", "torchrun", "accelerate", "horovodrun", "by-hand"],
+)  # fmt: skip
+def test_each_launcher_recognises_its_environment(env, expected):
+    assert LaunchEnv.read(env) == expected
+    assert LaunchEnv.read(env).is_main == (expected.rank == 0)
+
+
+def test_the_registry_is_the_one_list_of_backends():
+    assert NAMES == ("single", "ddp", "accelerate", "horovod")
+    assert [b.value for b in config.BackendName] == list(NAMES)
+    assert [REGISTRY[n].launchers[0] for n in NAMES] == [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN]
+    with pytest.raises(UserError, match="unknown backend 'mpi'"):
+        command("mpi", 2, [])
+
+
+def test_help_shows_the_commands_that_are_run():
+    """The help's commands are the run commands without the loopback rendezvous."""
+    help_text = launch_help()
+    for name in ("ddp", "accelerate", "horovod"):
+        run = typed_command(name, 2, [])
+        shown = [a for a in REGISTRY[name].launchers[0].commands(REGISTRY[name].program([]), 2)[0]]
+        assert " ".join(shown).replace(" 2 ", " N ") in help_text
+        assert set(shown) <= set(run)  # the run adds its rendezvous, nothing else changes
+    assert "python run.py --backend single" in help_text
+
+
+def test_several_nodes():
+    program = ["run.py", "--backend", "ddp"]
+    hosts = ["127.0.0.1", "localhost"]
+    torchrun = TORCHRUN.commands(program, 2, hosts, 29400)
+    assert len(torchrun) == 2 and torchrun[0] == torchrun[1]  # one agent per node, the same command
+    assert "--rdzv-endpoint" in torchrun[0] and "127.0.0.1:29400" in torchrun[0]
+    accelerate = ACCELERATE.commands(program, 2, hosts, 29500)
+    assert [c[c.index("--machine_rank") + 1] for c in accelerate] == ["0", "1"]
+    assert all(c[c.index("--num_processes") + 1] == "4" for c in accelerate)
+    (horovod,) = HOROVODRUN.commands(program, 2, hosts)
+    assert horovod[:5] == ["horovodrun", "-np", "4", "-H", "127.0.0.1:2,localhost:2"]
+    by_hand = BY_HAND.commands(program, 2, hosts, 29500)
+    assert [c[1] for c in by_hand] == ["RANK=0", "RANK=1", "RANK=2", "RANK=3"]
+    with pytest.raises(ValueError):
+        PYTHON.commands(program, 2)
+
+
+def test_resolve_uses_this_environment():
+    argv = resolve(["horovodrun", "-np", "2", "python", "run.py", "--tag", "python"])
+    assert argv[0].endswith("/horovodrun") and argv[3] == sys.executable and argv[-1] == "python"
+
+
+def test_default_threads_follow_the_cpus_this_process_may_use(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 4, 5}, raising=False)
+    assert config.default_threads(1) == 4 and config.default_threads(2) == 2 and config.default_threads(8) == 1
+
+
+def test_the_launch_environment_is_read_before_setup_and_cpus_from_the_affinity(tmp_path):
+    """For real: `python run.py --backend ddp` confined to one CPU. DDP's setup gives a plain python run a
+    world of one through RANK/WORLD_SIZE, yet the record names python, read before; and the run takes one
+    thread, whatever the machine has."""
+    one = str(min(os.sched_getaffinity(0)))
+    out = tmp_path / "r.json"
+    run_cmd(["taskset", "-c", one, sys.executable, "run.py", "--backend", "ddp", "--max-steps", "2", "--no-progress",
+             "--output", str(out)], timeout=120, env=child_env(tmp_path))  # fmt: skip
+    rec = read_record(out)
+    assert rec["launcher"] == "python"
+    assert rec["environment"]["threads_per_process"] == 1 and rec["environment"]["cpus_available"] == 1
