@@ -133,6 +133,16 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
         hvd.shutdown()
     else:
         dist.destroy_process_group()
+    # torch 2.14 + gloo: once torch._dynamo is imported (the first optimizer does it), destroy_process_group
+    # no longer joins gloo's worker threads. A worker that is still releasing the last barrier's work then
+    # drops the last C++ reference to a Python tensor (`flat`) while the interpreter finalizes: taking the
+    # GIL ends the thread inside a noexcept destructor, std::terminate, SIGABRT ("terminate called without
+    # an active exception"; core dump: ProcessGroupGloo::runLoop -> ~AsyncBarrierWork -> ~AsyncAllreduceWork
+    # -> TensorImpl::decref_pyobject -> take_gil -> pthread_exit). Upstream: pytorch/pytorch#179291 (the
+    # same mechanism, abandoned). This worker's work is done and reported: leave without finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin: bool, **extra_env: str) -> dict:
@@ -145,7 +155,12 @@ def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin:
     cmd = resolve(local_argv(launcher, argv, nprocs))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"scaling worker {mode} x{nprocs} failed:\n{proc.stderr[-2000:]}")
+        # the workers' own output comes first; the launcher's report of the failure follows it
+        own = proc.stderr.split("Traceback (most recent call last)")[0].strip()
+        raise RuntimeError(
+            f"scaling worker {mode} x{nprocs} failed (exit {proc.returncode}); the workers' stderr:\n"
+            f"{own[-3000:]}\n--- the launcher's report:\n{proc.stderr[len(own) :][-1500:]}"
+        )
     # horovodrun prefixes each output line with the rank: "[0]<stdout>:{...}"
     line = next(line for line in reversed(proc.stdout.splitlines()) if "{" in line)
     return json.loads(line[line.index("{") :])
