@@ -38,6 +38,9 @@ class AccelerateBackend(Backend):
             # that a restart is clean (backends/torchelastic.py); Accelerate keeps a group that exists.
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             init_process_group(backend, timedelta(seconds=self.timeout_s))
+        # Accelerate wraps the model in DDP: the same bucket settings as the ddp backend (the size is set in
+        # prepare(), when the model is known).
+        self._ddp_kwargs = DistributedDataParallelKwargs(gradient_as_bucket_view=True)
         self.accelerator = Accelerator(
             # Accelerate: the loader's batch is the *global* batch and each process takes its slice,
             # which is exactly distbench's global-batch semantics (see distbench/sharding.py).
@@ -48,11 +51,7 @@ class AccelerateBackend(Backend):
             cpu=not torch.cuda.is_available(),
             kwargs_handlers=[
                 InitProcessGroupKwargs(timeout=timedelta(seconds=self.timeout_s)),
-                # Accelerate wraps the model in DDP: the same bucket settings as the ddp backend.
-                DistributedDataParallelKwargs(
-                    gradient_as_bucket_view=True,
-                    bucket_cap_mb=bucket_cap_mb(torch.device("cuda" if torch.cuda.is_available() else "cpu")),
-                ),
+                self._ddp_kwargs,
             ],
         )
         acc = self.accelerator
@@ -76,6 +75,8 @@ class AccelerateBackend(Backend):
     # (even_batches), so the test set is sharded by distbench and the sums are all-reduced instead.
 
     def prepare(self, model: nn.Module, optimizer, train_loader):
+        # Accelerate: reads its DDP kwargs handler when it wraps the model, here
+        self._ddp_kwargs.bucket_cap_mb = bucket_cap_mb(self.device, model)
         model, optimizer, train_loader = self.accelerator.prepare(model, optimizer, train_loader)
         return model, optimizer, train_loader
 

@@ -19,12 +19,22 @@ _OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.AVG: dist.ReduceOp.SUM, Reduce
         ReduceOp.MIN: dist.ReduceOp.MIN}  # fmt: skip
 
 
-def bucket_cap_mb(device: torch.device) -> float:
-    """DDP: on CPU/gloo, 1 MB buckets let the all-reduce of the first gradients ready (the classifier
-    layers) overlap the rest of backward; with the default 25 MB the MNIST ConvNet's gradients form one
-    bucket sent after backward. Measured here: +3 to +9 % samples/s at world size 2 (docs/performance.md).
+SMALL_MODEL_MB = 8.0  # gradients up to this size count as a small model (the MNIST ConvNet: 1.2 MB)
+
+
+def bucket_cap_mb(device: torch.device, model: nn.Module) -> float:
+    """DDP's gradient bucket size, the one place it is chosen (the ddp and accelerate backends, the scaling
+    benchmark). On CPU/gloo, a small model gets 1 MB buckets, so that the all-reduce of the first gradients
+    ready (the classifier layers) overlaps the rest of backward; with the default 25 MB the MNIST ConvNet's
+    gradients form one bucket sent after backward (measured here: +3 to +9 % samples/s at world size 2,
+    docs/performance.md). A larger model (BERT's 87 MB) keeps the default 25 MB: 1 MB buckets make it about 90
+    all-reduces per step, each with gloo's fixed cost; measured here, ddp x2, the BERT recipe, 25 steps, three
+    A/B pairs: 25 MB ran at 1.06x the samples/s of 1 MB (per pair 1.16, 0.95, 1.06; docs/performance.md).
     On GPU, NCCL's default (25 MB) stays."""
-    return 25.0 if device.type == "cuda" else 1.0
+    if device.type == "cuda":
+        return 25.0
+    grad_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
+    return 1.0 if grad_mb <= SMALL_MODEL_MB else 25.0
 
 
 class DDPBackend(Backend):
@@ -56,7 +66,7 @@ class DDPBackend(Backend):
             model,
             device_ids=[self.local_rank] if self.device.type == "cuda" else None,
             gradient_as_bucket_view=True,
-            bucket_cap_mb=bucket_cap_mb(self.device),
+            bucket_cap_mb=bucket_cap_mb(self.device, model),
             forward_sync_buffers=False,
         )
         return ddp, optimizer, train_loader

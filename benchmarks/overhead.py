@@ -1,6 +1,11 @@
 """Adapter overhead, scaling and start-up: distbench against hand-written loops in each library's idiom.
 
     python -m benchmarks.overhead [--pairs 3] [--steps 300] [--out docs/performance.md]
+    python -m benchmarks.overhead --task bert-sentiment --data-dir DIR [--pairs 5] [--steps 40] [--world-sizes 2]
+
+The BERT form writes (or replaces) the section "BERT sentiment: adapter overhead" of --out; the hand-written
+BERT loops are plain fine-tuning loops (AdamW, per-batch padding, default library settings), and distbench
+runs its default recipe, as a user would.
 
 For ddp, accelerate and horovod at world sizes 1 and 2, the hand-written loop (benchmarks/handwritten/)
 and `run.py` with the same configuration (MNIST ConvNet, global batch 64, the same threads per process,
@@ -26,20 +31,22 @@ from typing import Annotated
 import typer
 
 from backends import REGISTRY, command
+from distbench.config import available_cpus
 from distbench.launch import local_argv, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-HAND = {"ddp": "ddp_mnist", "accelerate": "accelerate_mnist", "horovod": "horovod_mnist"}
+BERT_SECTION = "## BERT sentiment: adapter overhead"
 
 
 def _env() -> dict:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def hand_written(backend: str, n: int, steps: int, threads: int) -> float:
-    program = ["-m", f"benchmarks.handwritten.{HAND[backend]}", "--steps", str(steps), "--threads", str(threads)]
+def hand_written(backend: str, n: int, steps: int, threads: int, task: str = "mnist", extra: tuple = ()) -> float:
+    module = f"benchmarks.handwritten.{backend}_loop"
+    program = ["-m", module, "--task", task, "--steps", str(steps), "--threads", str(threads), *extra]
     cmd = resolve(local_argv(REGISTRY[backend].launchers[0], program, n))
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
     if proc.returncode != 0:
@@ -49,10 +56,10 @@ def hand_written(backend: str, n: int, steps: int, threads: int) -> float:
     return json.loads(line[line.index("{") :])["samples_per_sec"]
 
 
-def distbench_run(backend: str, n: int, steps: int, threads: int, tmp: Path) -> dict:
+def distbench_run(backend: str, n: int, steps: int, threads: int, tmp: Path, task_args: tuple = ()) -> dict:
     out = tmp / f"{backend}-{n}-{time.monotonic_ns()}.json"
-    # warm-up of 5 steps (min(5, steps/4)) as in the hand-written loops: run steps + 5 in all
-    args = ["--max-steps", str(steps), "--threads", str(threads), "--no-progress", "--output", str(out)]
+    # warm-up of 5 steps (min(5, steps/4)) as in the hand-written loops
+    args = ["--max-steps", str(steps), "--threads", str(threads), "--no-progress", "--output", str(out), *task_args]
     started = time.time()
     cmd = command(backend, n, args)
     proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
@@ -97,12 +104,82 @@ def ceiling_section(pairs: int, steps: int) -> list[str]:
     ]
 
 
+def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs: int, steps: int, tmp: Path,
+                  data_dir: Path | None, startup: dict) -> list[tuple]:  # fmt: skip
+    """(backend, world, threads, hand-written median, distbench median, median ratio, per-pair ratios), A B A B."""
+    hand_extra = ("--data-dir", str(data_dir)) if data_dir else ()
+    task_args = ("--task", task, *hand_extra)
+    rows = []
+    for backend in backends:
+        for n in world_sizes:
+            threads = max(1, available_cpus() // n)
+            ratios, hand, ours = [], [], []
+            for _ in range(pairs):
+                a = hand_written(backend, n, steps, threads, task, hand_extra)
+                rec = distbench_run(backend, n, steps, threads, tmp, task_args)
+                b = rec["samples_per_sec"]
+                hand.append(a)
+                ours.append(b)
+                ratios.append(b / a)
+                startup.setdefault(backend, []).append(rec["launch_to_first_step_s"])
+                print(f"{task} {backend} x{n}: pair {len(ratios)}: hand-written {a:.1f}, distbench {b:.1f} samples/s "
+                      f"({b / a:.3f})", file=sys.stderr, flush=True)  # fmt: skip
+            rows.append((backend, n, threads, statistics.median(hand), statistics.median(ours),
+                         statistics.median(ratios), ratios))  # fmt: skip
+    return rows
+
+
+def table(rows: list[tuple]) -> list[str]:
+    lines = [
+        "| backend | world | threads/proc | hand-written samples/s | distbench samples/s | ratio (median) | ratios |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for backend, n, t, h, o, r, rs in rows:
+        per_pair = " ".join(f"{x:.3f}" for x in rs)
+        lines.append(f"| {backend} | {n} | {t} | {h:.1f} | {o:.1f} | **{r:.3f}** | {per_pair} |")
+    return lines
+
+
+def machine() -> str:
+    return (f"{datetime.now(UTC).date()}: {platform.processor() or platform.machine()}, {available_cpus()} cores, "
+            f"{platform.platform()}, CPU only (gloo)")  # fmt: skip
+
+
+def bert_section(rows: list[tuple], pairs: int, steps: int, command_line: str) -> list[str]:
+    return [
+        BERT_SECTION,
+        "",
+        f"Produced by `{command_line}` (pairs={pairs}, steps={steps}, 5 of them warm-up) on {machine()}. The bundled "
+        "MiniLM-L6 BERT on MR polarity, global batch 32. The hand-written loops "
+        "(`benchmarks/handwritten/*_loop.py --task bert-sentiment`) "
+        "are plain fine-tuning loops in each library's idiom: AdamW over all parameters, per-batch padding, "
+        "DistributedSampler (DDP, Horovod) or Accelerate's `prepare`, default library settings, no clipping, no "
+        "schedule. distbench runs its default BERT recipe (docs/bert.md). Runs alternate A B A B; the ratio is "
+        "distbench / hand-written per pair.",
+        "",
+        *table(rows),
+        "",
+    ]
+
+
+def replace_section(text: str, header: str, section: list[str]) -> str:
+    """`text` with the section under `header` (up to the next "## " header) replaced, or appended."""
+    body = "\n".join(section)
+    if header not in text:
+        return text.rstrip("\n") + "\n\n" + body
+    start = text.index(header)
+    nxt = text.find("\n## ", start + len(header))
+    return text[:start] + body + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
+
+
 def main(
     pairs: Annotated[int, typer.Option(help="A/B pairs per configuration.")] = 3,
     steps: Annotated[int, typer.Option(help="Training steps per run (5 of them warm-up).")] = 300,
     out: Annotated[Path, typer.Option()] = ROOT / "docs" / "performance.md",
     backends: Annotated[str, typer.Option()] = "ddp,accelerate,horovod",
     world_sizes: Annotated[str, typer.Option()] = "1,2",
+    task: Annotated[str, typer.Option(help="mnist (the whole document) or bert-sentiment (its section).")] = "mnist",
+    data_dir: Annotated[Path | None, typer.Option(help="bert-sentiment: the rt-polarity folder.")] = None,
     ceiling_only: Annotated[
         bool, typer.Option(help="Only measure the two-process ceiling; append it to --out.")
     ] = False,
@@ -113,41 +190,32 @@ def main(
             f.write("\n" + "\n".join(section))
         print("\n".join(section))
         return
-    cores = os.cpu_count() or 1
-    rows, startup = [], {}
+    backend_list, sizes = backends.split(","), [int(w) for w in world_sizes.split(",")]
+    startup: dict[str, list[float]] = {}
+    if task == "bert-sentiment":
+        with tempfile.TemporaryDirectory() as tmp:
+            rows = overhead_rows(task, backend_list, sizes, pairs, steps, Path(tmp), data_dir, startup)
+        command_line = "python -m benchmarks.overhead " + " ".join(sys.argv[1:])
+        section = bert_section(rows, pairs, steps, command_line)
+        out.write_text(replace_section(out.read_text() if out.exists() else "", BERT_SECTION, section) + "\n")
+        print("\n".join(section))
+        return
     with tempfile.TemporaryDirectory() as tmp:
-        for backend in backends.split(","):
-            for n in [int(w) for w in world_sizes.split(",")]:
-                threads = max(1, cores // n)
-                ratios, hand, ours = [], [], []
-                for _ in range(pairs):
-                    a = hand_written(backend, n, steps, threads)
-                    rec = distbench_run(backend, n, steps, threads, Path(tmp))
-                    b = rec["samples_per_sec"]
-                    hand.append(a)
-                    ours.append(b)
-                    ratios.append(b / a)
-                    startup.setdefault(backend, []).append(rec["launch_to_first_step_s"])
-                rows.append((backend, n, threads, statistics.median(hand), statistics.median(ours),
-                             statistics.median(ratios), ratios))  # fmt: skip
-                print(f"{backend} x{n} t{threads}: hand-written {statistics.median(hand):.0f}, distbench "
-                      f"{statistics.median(ours):.0f} samples/s, median ratio {statistics.median(ratios):.3f}",
-                      file=sys.stderr, flush=True)  # fmt: skip
+        rows = overhead_rows(task, backend_list, sizes, pairs, steps, Path(tmp), None, startup)
         # scaling: 1 thread per process; single x1 vs each backend x2, alternated
         scaling = {}
         for _ in range(pairs):
             base = distbench_run("single", 1, steps, 1, Path(tmp))["samples_per_sec"]
             startup.setdefault("single", [])
-            for backend in backends.split(","):
+            for backend in backend_list:
                 sps = distbench_run(backend, 2, steps, 1, Path(tmp))["samples_per_sec"]
                 scaling.setdefault(backend, []).append(sps / (2 * base))
             scaling.setdefault("single_sps", []).append(base)
     lines = [
         "# Performance",
         "",
-        f"Produced by `python -m benchmarks.overhead` (pairs={pairs}, steps={steps}) on "
-        f"{datetime.now(UTC).date()}: {platform.processor() or platform.machine()}, {cores} cores, "
-        f"{platform.platform()}, CPU only (gloo). MNIST ConvNet, global batch 64, bundled 4,500 training digits.",
+        f"Produced by `python -m benchmarks.overhead` (pairs={pairs}, steps={steps}) on {machine()}. MNIST ConvNet, "
+        "global batch 64, bundled 4,500 training digits.",
         "",
         "## Adapter overhead: distbench / hand-written loop (median of A/B pairs)",
         "",
@@ -155,19 +223,14 @@ def main(
         "an in-memory TensorDataset with DistributedSampler (DDP, Horovod) or Accelerate's `prepare`. Both sides: "
         "same global batch, threads per process (cores / processes), warm-up and steady-state steps.",
         "",
-        "| backend | world | threads/proc | hand-written samples/s | distbench samples/s | ratio (median) | ratios |",
-        "|---|---|---|---|---|---|---|",
+        *table(rows),
     ]
-    for backend, n, t, h, o, r, rs in rows:
-        lines.append(
-            f"| {backend} | {n} | {t} | {h:.0f} | {o:.0f} | **{r:.3f}** | {' '.join(f'{x:.3f}' for x in rs)} |"
-        )
     base = statistics.median(scaling["single_sps"])
     lines += ["", "## Scaling: world size 2, 1 thread per process, against twice `single` with 1 thread", "",
               f"`single` x1 t1: {base:.0f} samples/s (median).", "",
               "| backend | efficiency (median) | per pair | vs DDP |", "|---|---|---|---|"]  # fmt: skip
     ddp_eff = statistics.median(scaling["ddp"]) if "ddp" in scaling else None
-    for backend in backends.split(","):
+    for backend in backend_list:
         eff = statistics.median(scaling[backend])
         vs = f"{eff / ddp_eff:.3f}" if ddp_eff else "—"
         lines.append(f"| {backend} | **{eff:.3f}** | {' '.join(f'{x:.3f}' for x in scaling[backend])} | {vs} |")

@@ -86,7 +86,9 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
     torch.manual_seed(0)
     model = ConvNet()
     if mode == "ddp":
-        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb(torch.device("cpu")))
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, bucket_cap_mb=bucket_cap_mb(torch.device("cpu"), model)
+        )
     optimizer = torch.optim.Adadelta(model.parameters(), lr=0.5)
     if mode.startswith("horovod"):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)

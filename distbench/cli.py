@@ -38,10 +38,11 @@ def train(
     batch_size: Annotated[
         int | None, typer.Option(help="GLOBAL batch size, split evenly across processes (mnist 64, bert 32).")
     ] = None,
-    lr: Annotated[float | None, typer.Option(help="Learning rate (mnist Adadelta 0.5, bert AdamW 5e-5).")] = None,
+    lr: Annotated[float | None, typer.Option(help="Learning rate (mnist Adadelta 0.5, bert AdamW 1e-4).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of weights and data order (the same on every rank).")] = 0,
     dropout: Annotated[
-        float | None, typer.Option(help="Override the task's dropout probabilities; 0 turns dropout off.")
+        float | None,
+        typer.Option(help="Override the task's dropout probabilities; 0 turns dropout off (bert default: 0)."),
     ] = None,
     data_dir: Annotated[
         Path | None, typer.Option(help="Dataset folder (MNIST IDX files or rt-polarity.pos/.neg).")
@@ -56,12 +57,13 @@ def train(
         typer.Option("--schedule/--no-schedule", help="bert-sentiment: linear warm-up/decay schedule (default on)."),
     ] = None,
     max_grad_norm: Annotated[
-        float | None, typer.Option(help="Clip gradients to this norm (default: bert-sentiment 1.0, mnist none).")
+        float | None,
+        typer.Option(help="Clip gradients to this norm; 0: no clipping (default: bert-sentiment 1.0, mnist none)."),
     ] = None,
     warmup_ratio: Annotated[float, typer.Option(help="Fraction of steps to warm up over (with --schedule).")] = 0.1,
     head_lr: Annotated[
         float | None,
-        typer.Option(help="bert-sentiment: learning rate of the new head (pooler + classifier; default: --lr)."),
+        typer.Option(help="bert-sentiment: learning rate of the new head (pooler + classifier; default 1e-3)."),
     ] = None,
     output: Annotated[Path, typer.Option(help=".jsonl: append the record; .json: write one record.")] = Path(
         "results/runs.jsonl"

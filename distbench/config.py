@@ -40,7 +40,7 @@ class RunConfig:
     precision: str = "fp32"
     warmup_ratio: float = 0.1  # bert-sentiment: linear warm-up over this fraction of steps, then linear decay
     schedule: bool | None = None  # linear warm-up/decay schedule (None: the task's default, on for bert)
-    max_grad_norm: float | None = None  # clip gradients to this norm (None: the task's default, 1.0 for bert)
+    max_grad_norm: float | None = None  # clip gradients to this norm; 0: no clipping (None: the task's default)
     head_lr: float | None = None  # bert-sentiment: learning rate of the pooler and classifier (None: --lr)
     output: Path = Path("results/runs.jsonl")
     force: bool = False
@@ -57,6 +57,11 @@ class RunConfig:
     def with_task_defaults(self, **defaults) -> RunConfig:
         """Fill the options left unset (None) with the task's defaults."""
         return replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+
+    @property
+    def clip_norm(self) -> float | None:
+        """The norm to clip gradients to, or None: no clipping (--max-grad-norm 0, or unset with no default)."""
+        return self.max_grad_norm or None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -123,8 +128,8 @@ def validate(cfg: RunConfig, world_size: int) -> None:
         raise UserError(f"--warmup-ratio must be in [0, 1), got {cfg.warmup_ratio}")
     if cfg.head_lr is not None and not cfg.head_lr > 0:
         raise UserError(f"--head-lr must be positive, got {cfg.head_lr}")
-    if cfg.max_grad_norm is not None and not cfg.max_grad_norm > 0:
-        raise UserError(f"--max-grad-norm must be positive, got {cfg.max_grad_norm}")
+    if cfg.max_grad_norm is not None and not cfg.max_grad_norm >= 0:
+        raise UserError(f"--max-grad-norm must be positive (or 0: no clipping), got {cfg.max_grad_norm}")
     if cfg.threads is not None and cfg.threads <= 0:
         raise UserError(f"--threads must be positive, got {cfg.threads}")
     if cfg.log_every <= 0:

@@ -173,7 +173,7 @@ class Trainer:
             loss = self.task.step(parts.model, batch)
         backend.backward(loss)
         timer.mark("forward_backward_ms")
-        backend.optimizer_step(parts.model, parts.optimizer, self.cfg.max_grad_norm)
+        backend.optimizer_step(parts.model, parts.optimizer, self.cfg.clip_norm)
         if parts.scheduler is not None:
             parts.scheduler.step()
         timer.mark("optimizer_ms")

@@ -40,7 +40,7 @@ def rows(records: list[dict]) -> list[dict]:
         row = {k: r.get(k) for k in ("task", "backend", "world_size", "threads_per_process", "status",
                                      "startup_s", "launch_to_first_step_s", "peak_rss_mb", "final_loss",
                                      "eval_accuracy", "eval_count", "time_to_target_s", "steps", "wall_time_s",
-                                     "command", "samples_per_sec")}  # fmt: skip
+                                     "command", "samples_per_sec", "epochs")}  # fmt: skip
         row["error"] = (r.get("error") or "").splitlines()[-1] if r.get("error") else ""
         if r["status"] == "ok":
             row["step_p50_ms"] = r["step_time_ms"]["p50"]
@@ -52,6 +52,15 @@ def rows(records: list[dict]) -> list[dict]:
                 row["scaling_efficiency"] = row["speedup"] / r["world_size"]
         out.append(row)
     return out
+
+
+def _accuracy(row: dict) -> str:
+    """The test accuracy, or a plain note where the run was shorter than one epoch: its accuracy says nothing about
+    the backend (the column is then throughput only). Evaluation is still exact: the count is shown."""
+    epochs = row.get("epochs")
+    if epochs is not None and epochs < 1:
+        return f"n/a: {epochs:.2f} epoch ({row['eval_count']})"
+    return f"{row['eval_accuracy']:.4f} ({row['eval_count']})"
 
 
 def _fmt(v, spec: str) -> str:
@@ -77,7 +86,7 @@ def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: s
             lines.append(
                 f"| {r['backend']} | {r['world_size']} | {r['threads_per_process']} | {r['samples_per_sec']:.1f} | "
                 f"{_fmt(r.get('speedup'), '.2f')} | {_fmt(r.get('scaling_efficiency'), '.2f')} | "
-                f"{r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | {r['eval_accuracy']:.4f} ({r['eval_count']}) | "
+                f"{r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | {_accuracy(r)} | "
                 f"{r['final_loss']:.4f} | {r['peak_rss_mb']:.0f} | "
                 f"{_fmt(r.get('launch_to_first_step_s'), '.1f')} | ok |"
             )

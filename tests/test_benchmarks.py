@@ -20,6 +20,18 @@ def test_overhead_benchmark_runs_every_backend(tmp_path):
     assert "Scaling" in text and "Start-up" in text
 
 
+def test_bert_overhead_benchmark_writes_its_section(tmp_path):
+    """The BERT form replaces its own section of the performance document and leaves the rest alone."""
+    out = tmp_path / "perf.md"
+    out.write_text("# Performance\n\n## MNIST\n\nkept\n")
+    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--task", "bert-sentiment", "--data-dir", str(MR_DATA),
+             "--backends", "ddp", "--world-sizes", "2", "--pairs", "1", "--steps", "6", "--out", str(out)],
+            timeout=400, env=child_env(tmp_path))  # fmt: skip
+    text = out.read_text()
+    assert "## MNIST\n\nkept" in text and text.count("## BERT sentiment: adapter overhead") == 1
+    assert "| ddp | 2 | 1 |" in text
+
+
 def test_accuracy_benchmark_runs(tmp_path):
     out = tmp_path / "acc.md"
     run_cmd([sys.executable, "-m", "benchmarks.accuracy", "--seeds", "0", "--backends", "single,ddp", "--epochs", "1",
@@ -48,3 +60,13 @@ def test_bert_accuracy_benchmark_runs(tmp_path):
     text = out.read_text()
     assert "| 0 | " in text and "| 1 | " in text and "/ 1066 |" in text
     assert "**Median over 2 seeds:" in text
+
+
+def test_a_section_is_replaced_not_appended():
+    from benchmarks.overhead import replace_section
+
+    doc = "# P\n\n## A\n\nold\n\n## B\n\nb\n"
+    once = replace_section(doc, "## A", ["## A", "", "new", ""])
+    assert once == "# P\n\n## A\n\nnew\n\n## B\n\nb\n"
+    assert replace_section(once, "## A", ["## A", "", "new", ""]) == once
+    assert replace_section("# P\n", "## C", ["## C", "", "c"]) == "# P\n\n## C\n\nc"

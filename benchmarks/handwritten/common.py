@@ -1,6 +1,7 @@
-"""What the hand-written baselines share: the in-memory MNIST digits, the model, the timed window.
+"""What the hand-written baselines share: the workloads (MNIST, BERT), the step, the timed window.
 
-Nothing here is distbench's loop: each baseline script is written in its library's own idiom.
+Nothing here is distbench's loop: each baseline script (ddp_loop.py, accelerate_loop.py, horovod_loop.py) is
+written in its library's own idiom; `--task` picks the workload, built the way the usual examples build it.
 """
 
 from __future__ import annotations
@@ -10,19 +11,71 @@ import json
 import time
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
-from models.convnet import ConvNet  # noqa: F401  (the same network; the loop is what is compared)
+from models.convnet import ConvNet  # the same network; the loop is what is compared
+
+# per task: steps, global batch, learning rate (MNIST: the DDP tutorial's Adadelta; BERT: AdamW's usual 5e-5)
+DEFAULTS = {"mnist": (200, 64, 0.5), "bert-sentiment": (60, 32, 5e-5)}
 
 
 def args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--task", choices=list(DEFAULTS), default="mnist")
+    p.add_argument("--steps", type=int)
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=64, help="global batch")
+    p.add_argument("--batch-size", type=int, help="global batch")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--lr", type=float, default=0.5)
-    return p.parse_args()
+    p.add_argument("--lr", type=float)
+    p.add_argument("--data-dir", default=None, help="bert-sentiment: the rt-polarity folder")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="ddp_loop.py: DDP's bucket size (its default: 25)")
+    a = p.parse_args()
+    steps, batch, lr = DEFAULTS[a.task]
+    a.steps, a.batch_size, a.lr = a.steps or steps, a.batch_size or batch, a.lr or lr
+    return a
+
+
+def workload(a: argparse.Namespace):
+    """(model, dataset, collate or None, loss of a batch, optimizer class) of the task, seeded alike everywhere."""
+    if a.task == "bert-sentiment":
+        from benchmarks.handwritten.bert_common import bert_loss, model_and_data
+
+        model, dataset, collate = model_and_data(a.data_dir)
+        return model, dataset, collate, bert_loss(model), torch.optim.AdamW
+    torch.manual_seed(0)
+    model = ConvNet()
+    return model, mnist_in_memory(), None, mnist_loss(model), torch.optim.Adadelta
+
+
+def mnist_loss(model):
+    return lambda batch: F.nll_loss(model(batch[0]), batch[1])
+
+
+def train_step(optimizer, loss_of, backward=torch.Tensor.backward):
+    """The examples' step: zero_grad, the batch's loss, backward (the library's own where it has one), step."""
+
+    def step(batch) -> None:
+        optimizer.zero_grad()
+        backward(loss_of(batch))
+        optimizer.step()
+
+    return step
+
+
+def run_steps(loader, steps: int, train_step, window: Window, sampler=None) -> None:
+    """Epochs of `loader` until `steps` steps: the examples' loop, with the timed window around it."""
+    step, epoch = 0, 0
+    while step < steps:
+        if sampler is not None:
+            sampler.set_epoch(epoch)  # DistributedSampler: a new order each epoch
+        for batch in loader:
+            train_step(batch)
+            step += 1
+            window.step_done(step)
+            if step == steps:
+                break
+        epoch += 1
 
 
 def mnist_in_memory() -> TensorDataset:

@@ -1,0 +1,28 @@
+"""Hand-written Accelerate training loop, as in Accelerate's nlp_example / README.
+accelerate launch --multi_gpu --num_processes N -m benchmarks.handwritten.accelerate_loop [--task ...] (python: one)"""
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+from benchmarks.handwritten.common import Window, args, run_steps, train_step, workload
+
+
+def main():
+    a = args()
+    accelerator = Accelerator(cpu=not torch.cuda.is_available())
+    torch.set_num_threads(a.threads)  # Accelerate resets it on CPU
+    model, dataset, collate, loss_of, optimizer_class = workload(a)
+    per_process = a.batch_size // accelerator.num_processes
+    loader = DataLoader(dataset, batch_size=per_process, shuffle=True, collate_fn=collate, drop_last=True)
+    optimizer = optimizer_class(model.parameters(), lr=a.lr)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    window = Window(a.warmup, accelerator.wait_for_everyone)
+    run_steps(loader, a.steps, train_step(optimizer, loss_of, accelerator.backward), window)
+    window.report(a.batch_size, accelerator.is_main_process, world_size=accelerator.num_processes,
+                  threads=torch.get_num_threads())  # fmt: skip
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

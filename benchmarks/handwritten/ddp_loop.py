@@ -1,0 +1,33 @@
+"""Hand-written DDP training loop, as in PyTorch's DDP tutorial (and, for BERT, torch-ddp-examples).
+torchrun --nproc_per_node N -m benchmarks.handwritten.ddp_loop [--task bert-sentiment --data-dir DIR]"""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from benchmarks.handwritten.common import Window, args, run_steps, train_step, workload
+
+
+def main():
+    a = args()
+    torch.set_num_threads(a.threads)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    model, dataset, collate, loss_of, optimizer_class = workload(a)
+    sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
+    loader = DataLoader(dataset, batch_size=a.batch_size // world, sampler=sampler, collate_fn=collate, drop_last=True)
+    model = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
+    optimizer = optimizer_class(model.parameters(), lr=a.lr)
+    window = Window(a.warmup, dist.barrier)
+    run_steps(loader, a.steps, train_step(optimizer, loss_of), window, sampler)
+    window.report(a.batch_size, rank == 0, world_size=world, threads=torch.get_num_threads())
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    main()

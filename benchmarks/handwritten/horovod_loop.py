@@ -1,0 +1,31 @@
+"""Hand-written Horovod training loop, as in Horovod's pytorch_mnist.py example.
+horovodrun -np N python -m benchmarks.handwritten.horovod_loop [--task bert-sentiment --data-dir DIR]"""
+
+import horovod.torch as hvd
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from benchmarks.handwritten.common import Window, args, run_steps, train_step, workload
+
+
+def main():
+    a = args()
+    hvd.init()
+    torch.set_num_threads(a.threads)
+    model, dataset, collate, loss_of, optimizer_class = workload(a)
+    sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank(), seed=0, drop_last=True)
+    per_process = a.batch_size // hvd.size()
+    loader = DataLoader(dataset, batch_size=per_process, sampler=sampler, collate_fn=collate, drop_last=True)
+    optimizer = optimizer_class(model.parameters(), lr=a.lr)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    window = Window(a.warmup, hvd.barrier)
+    run_steps(loader, a.steps, train_step(optimizer, loss_of), window, sampler)
+    window.report(a.batch_size, hvd.rank() == 0, world_size=hvd.size(), threads=torch.get_num_threads())
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
