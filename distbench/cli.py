@@ -70,7 +70,7 @@ def train(
     ),
     force: Annotated[bool, typer.Option(help="Allow overwriting an existing .json --output.")] = False,
     threads: Annotated[
-        int | None, typer.Option(help="Intra-op threads per process (default: cores / processes).")
+        int | None, typer.Option(help="Intra-op threads per process (default: usable CPUs / processes).")
     ] = None,
     pin_cores: Annotated[
         bool,

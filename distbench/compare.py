@@ -112,7 +112,7 @@ def compare(
     epochs: Annotated[int | None, typer.Option(help="Epochs per run (default: the task's).")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Global batch size.")] = None,
     threads: Annotated[
-        int | None, typer.Option(help="Threads per process (default: cores / processes of that run).")
+        int | None, typer.Option(help="Threads per process (default: usable CPUs / processes of that run).")
     ] = None,
     seed: Annotated[int, typer.Option()] = 0,
     data_dir: Annotated[Path | None, typer.Option()] = None,

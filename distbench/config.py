@@ -44,7 +44,7 @@ class RunConfig:
     head_lr: float | None = None  # bert-sentiment: learning rate of the pooler and classifier (None: --lr)
     output: Path = Path("results/runs.jsonl")
     force: bool = False
-    threads: int | None = None  # intra-op threads per process; None: cores / local processes
+    threads: int | None = None  # intra-op threads per process; None: usable CPUs / local processes
     pin_cores: bool = True  # CPU, several processes per machine: each computes on its own cores
     log_every: int = 10
     progress: bool = True

@@ -17,6 +17,7 @@ import torch
 
 import distbench
 from backends.base import Backend, ReduceOp
+from distbench.config import available_cpus
 
 if TYPE_CHECKING:
     from distbench.loop import Trainer
@@ -48,7 +49,7 @@ def environment(backend: Backend, threads: int, cores: list[int] | None) -> dict
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu_count": os.cpu_count(),
-        "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpus_available": available_cpus(),  # this process's affinity mask (taskset, cpusets)
         "threads_per_process": threads,
         "pinned_cores": cores,  # this process's cores (see distbench/affinity.py); None: not pinned
         "device": str(backend.device),
