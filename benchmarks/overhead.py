@@ -90,7 +90,7 @@ def ceiling_section(pairs: int, steps: int) -> list[str]:
     together = statistics.median(r[0] for r in runs)
     alone = statistics.median(r[1] for r in runs)
     return [
-        "## Hardware ceiling for two processes",
+        CEILING_SECTION,
         "",
         f"Produced by `python -m benchmarks.overhead --ceiling-only` (pairs={pairs}, steps={steps}): two independent "
         "`single` runs with 1 thread each, started together (no communication at all), against one alone.",
@@ -172,6 +172,63 @@ def replace_section(text: str, header: str, section: list[str]) -> str:
     return text[:start] + body + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
 
 
+MNIST_SECTION = "## Adapter overhead: distbench / hand-written loop (median of A/B pairs)"
+SCALING_SECTION = "## Scaling: world size 2, 1 thread per process, against twice `single` with 1 thread"
+STARTUP_SECTION = "## Start-up: launch to first training step (median over the runs above, seconds)"
+CEILING_SECTION = "## Hardware ceiling for two processes"
+
+
+def mnist_section(rows: list[tuple], pairs: int, steps: int) -> list[str]:
+    return [
+        MNIST_SECTION,
+        "",
+        f"Produced by `python -m benchmarks.overhead --pairs {pairs} --steps {steps}` on {machine()}. MNIST "
+        "ConvNet, global batch 64, bundled 4,500 training digits. The hand-written loops (`benchmarks/handwritten/`) "
+        "follow each library's own examples: DataLoader over an in-memory TensorDataset with DistributedSampler "
+        "(DDP, Horovod) or Accelerate's `prepare`. Both sides: same global batch, threads per process "
+        "(cores / processes), warm-up and steady-state steps. Runs alternate A B A B; the ratio is "
+        "distbench / hand-written per pair.",
+        "",
+        *table(rows),
+        "",
+    ]
+
+
+def scaling_pairs(backend_list: list[str], pairs: int, steps: int, tmp: Path, startup: dict) -> dict:
+    """Per round: single x1 (1 thread), then each backend x2 (1 thread per process); efficiency against
+    twice that round's single."""
+    scaling: dict[str, list[float]] = {"single_sps": []}
+    for _ in range(pairs):
+        rec = distbench_run("single", 1, steps, 1, tmp)
+        startup.setdefault("single", []).append(rec["launch_to_first_step_s"])
+        base = rec["samples_per_sec"]
+        for backend in backend_list:
+            sps = distbench_run(backend, 2, steps, 1, tmp)["samples_per_sec"]
+            scaling.setdefault(backend, []).append(sps / (2 * base))
+        scaling["single_sps"].append(base)
+    return scaling
+
+
+def scaling_section(scaling: dict, backend_list: list[str]) -> list[str]:
+    base = statistics.median(scaling["single_sps"])
+    lines = [SCALING_SECTION, "", f"`single` x1 t1: {base:.0f} samples/s (median).", "",
+             "| backend | efficiency (median) | per pair | vs DDP |", "|---|---|---|---|"]  # fmt: skip
+    ddp_eff = statistics.median(scaling["ddp"]) if "ddp" in scaling else None
+    for backend in backend_list:
+        eff = statistics.median(scaling[backend])
+        vs = f"{eff / ddp_eff:.3f}" if ddp_eff else "—"
+        lines.append(f"| {backend} | **{eff:.3f}** | {' '.join(f'{x:.3f}' for x in scaling[backend])} | {vs} |")
+    return lines + [""]
+
+
+def startup_section(startup: dict) -> list[str]:
+    lines = [STARTUP_SECTION, "", "| backend | median | max |", "|---|---|---|"]
+    for backend, vals in startup.items():
+        if vals:
+            lines.append(f"| {backend} | {statistics.median(vals):.1f} | {max(vals):.1f} |")
+    return lines + [""]
+
+
 def main(
     pairs: Annotated[int, typer.Option(help="A/B pairs per configuration.")] = 3,
     steps: Annotated[int, typer.Option(help="Training steps per run (5 of them warm-up).")] = 300,
@@ -181,13 +238,12 @@ def main(
     task: Annotated[str, typer.Option(help="mnist (the whole document) or bert-sentiment (its section).")] = "mnist",
     data_dir: Annotated[Path | None, typer.Option(help="bert-sentiment: the rt-polarity folder.")] = None,
     ceiling_only: Annotated[
-        bool, typer.Option(help="Only measure the two-process ceiling; append it to --out.")
+        bool, typer.Option(help="Only measure the two-process ceiling; replace its section of --out.")
     ] = False,
 ) -> None:
     if ceiling_only:
         section = ceiling_section(pairs, steps)
-        with open(out, "a", encoding="utf-8") as f:
-            f.write("\n" + "\n".join(section))
+        out.write_text(replace_section(out.read_text() if out.exists() else "", CEILING_SECTION, section) + "\n")
         print("\n".join(section))
         return
     backend_list, sizes = backends.split(","), [int(w) for w in world_sizes.split(",")]
@@ -202,46 +258,18 @@ def main(
         return
     with tempfile.TemporaryDirectory() as tmp:
         rows = overhead_rows(task, backend_list, sizes, pairs, steps, Path(tmp), None, startup)
-        # scaling: 1 thread per process; single x1 vs each backend x2, alternated
-        scaling = {}
-        for _ in range(pairs):
-            base = distbench_run("single", 1, steps, 1, Path(tmp))["samples_per_sec"]
-            startup.setdefault("single", [])
-            for backend in backend_list:
-                sps = distbench_run(backend, 2, steps, 1, Path(tmp))["samples_per_sec"]
-                scaling.setdefault(backend, []).append(sps / (2 * base))
-            scaling.setdefault("single_sps", []).append(base)
-    lines = [
-        "# Performance",
-        "",
-        f"Produced by `python -m benchmarks.overhead` (pairs={pairs}, steps={steps}) on {machine()}. MNIST ConvNet, "
-        "global batch 64, bundled 4,500 training digits.",
-        "",
-        "## Adapter overhead: distbench / hand-written loop (median of A/B pairs)",
-        "",
-        "The hand-written loops (`benchmarks/handwritten/`) follow each library's own examples: DataLoader over "
-        "an in-memory TensorDataset with DistributedSampler (DDP, Horovod) or Accelerate's `prepare`. Both sides: "
-        "same global batch, threads per process (cores / processes), warm-up and steady-state steps.",
-        "",
-        *table(rows),
-    ]
-    base = statistics.median(scaling["single_sps"])
-    lines += ["", "## Scaling: world size 2, 1 thread per process, against twice `single` with 1 thread", "",
-              f"`single` x1 t1: {base:.0f} samples/s (median).", "",
-              "| backend | efficiency (median) | per pair | vs DDP |", "|---|---|---|---|"]  # fmt: skip
-    ddp_eff = statistics.median(scaling["ddp"]) if "ddp" in scaling else None
-    for backend in backend_list:
-        eff = statistics.median(scaling[backend])
-        vs = f"{eff / ddp_eff:.3f}" if ddp_eff else "—"
-        lines.append(f"| {backend} | **{eff:.3f}** | {' '.join(f'{x:.3f}' for x in scaling[backend])} | {vs} |")
-    lines += ["", "## Start-up: launch to first training step (median over the runs above, seconds)", "",
-              "| backend | median | max |", "|---|---|---|"]  # fmt: skip
-    for backend, vals in startup.items():
-        if vals:
-            lines.append(f"| {backend} | {statistics.median(vals):.1f} | {max(vals):.1f} |")
-    lines += [""] + ceiling_section(pairs, steps)
-    out.write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        scaling = scaling_pairs(backend_list, pairs, steps, Path(tmp), startup)
+    sections = {
+        MNIST_SECTION: mnist_section(rows, pairs, steps),
+        SCALING_SECTION: scaling_section(scaling, backend_list),
+        STARTUP_SECTION: startup_section(startup),
+        CEILING_SECTION: ceiling_section(pairs, steps),
+    }
+    text = out.read_text() if out.exists() else "# Performance\n"
+    for header, section in sections.items():  # only these sections: the BERT and scaling ones stay
+        text = replace_section(text, header, section)
+    out.write_text(text.rstrip("\n") + "\n")
+    print("\n\n".join("\n".join(s) for s in sections.values()))
 
 
 if __name__ == "__main__":

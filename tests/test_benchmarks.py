@@ -11,13 +11,16 @@ pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
 
 
 def test_overhead_benchmark_runs_every_backend(tmp_path):
+    """The MNIST form rewrites its own sections and leaves the others (BERT, scaling) alone."""
     out = tmp_path / "perf.md"
+    out.write_text("# Performance\n\n## BERT sentiment: adapter overhead\n\nkept\n")
     run_cmd([sys.executable, "-m", "benchmarks.overhead", "--pairs", "1", "--steps", "12", "--world-sizes", "2",
              "--out", str(out)], timeout=560, env=child_env(tmp_path))  # fmt: skip
     text = out.read_text()
     for backend in ("ddp", "accelerate", "horovod"):
         assert f"| {backend} | 2 | 1 |" in text
-    assert "Scaling" in text and "Start-up" in text
+    assert "Scaling" in text and "Start-up" in text and "Hardware ceiling" in text
+    assert "## BERT sentiment: adapter overhead\n\nkept" in text
 
 
 def test_bert_overhead_benchmark_writes_its_section(tmp_path):
