@@ -110,9 +110,9 @@ def _sentence_files(blob: bytes, url: str) -> dict[str, list[str]]:
     return {FILES[key]: lines for key, lines in found.items()}
 
 
-def _download(target: Path, url: str) -> Path | None:
-    """Download and check both files, then write them into the cache; nothing is written unless both
-    are good, and a failed write leaves no partial file."""
+def download(target: Path, url: str) -> Path | None:
+    """Download and check both files, then write them into `target`; nothing is written unless both are
+    good, and a failed write leaves no partial file. None when there is no network."""
     blob = _fetch(url)
     if blob is None:
         return None
@@ -140,7 +140,7 @@ def load_sentences(data_dir: Path | None) -> Sentences:
         folder = find_files(cached)
         source = f"cache:{cached}"
         if folder is None and downloads_allowed():
-            folder = _download(cached, download_url())
+            folder = download(cached, download_url())
             source = f"download:{download_url()}"
         if folder is None:
             raise UserError(

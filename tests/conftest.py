@@ -1,5 +1,63 @@
 import os
 
+import pytest
+
 # The in-process tests run offline and single-threaded, like the launched ones.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("DISTBENCH_NO_DOWNLOAD", "1")
+
+_MR: dict = {}  # where the real MR data was found (tests/mr_data.py), once per session
+
+
+class MissingMRData(pytest.Item):
+    """Stands for every test that needs the real MR data when none can be had: one failure, one line."""
+
+    def __init__(self, *, message: str, **kwargs):
+        super().__init__(**kwargs)
+        self.message = message
+
+    def runtest(self):
+        raise RuntimeError(self.message)
+
+    def repr_failure(self, excinfo, style=None):
+        return self.message
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+@pytest.hookimpl(trylast=True)  # after -k/-m have deselected what they deselect
+def pytest_collection_modifyitems(session, config, items):
+    needing = [item for item in items if "mr_dir" in getattr(item, "fixturenames", ())]
+    if not needing:
+        return
+    from tests.mr_data import how_to_provide, locate
+
+    folder, where = locate()
+    if folder is not None:
+        _MR.update(folder=folder, where=where)
+        return
+    config.hook.pytest_deselected(items=needing)
+    keep = [item for item in items if item not in needing]
+    failure = MissingMRData.from_parent(needing[0].parent, name="needs-the-MR-polarity-data",
+                                        message="error: " + how_to_provide(where))  # fmt: skip
+    items[:] = [failure, *keep]
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _MR:
+        terminalreporter.write_line(f"MR polarity data: {_MR['where']}")
+
+
+@pytest.fixture(scope="session")
+def mr_dir():
+    """The real MR polarity data (10,662 sentences), found as tests/mr_data.py says."""
+    return _MR["folder"]
+
+
+@pytest.fixture(scope="session")
+def mini_mr(tmp_path_factory):
+    """A small MR-format corpus written by the tests themselves: for tests of mechanics only."""
+    from tests.mr_data import write_mini_corpus
+
+    return write_mini_corpus(tmp_path_factory.mktemp("mini-mr"))

@@ -10,7 +10,6 @@ from pathlib import Path
 from backends import command
 
 ROOT = Path(__file__).resolve().parents[1]
-MR_DATA = ROOT.parent / "shared" / "data" / "rt-polarity"
 
 
 def child_env(tmp_path: Path | None = None, **extra: str) -> dict:

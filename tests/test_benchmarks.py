@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.helpers import MR_DATA, ROOT, child_env, run_cmd
+from tests.helpers import ROOT, child_env, run_cmd
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
 
@@ -23,11 +23,11 @@ def test_overhead_benchmark_runs_every_backend(tmp_path):
     assert "## BERT sentiment: adapter overhead\n\nkept" in text
 
 
-def test_bert_overhead_benchmark_writes_its_section(tmp_path):
+def test_bert_overhead_benchmark_writes_its_section(tmp_path, mr_dir):
     """The BERT form replaces its own section of the performance document and leaves the rest alone."""
     out = tmp_path / "perf.md"
     out.write_text("# Performance\n\n## MNIST\n\nkept\n")
-    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--task", "bert-sentiment", "--data-dir", str(MR_DATA),
+    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--task", "bert-sentiment", "--data-dir", str(mr_dir),
              "--backends", "ddp", "--world-sizes", "2", "--pairs", "1", "--steps", "6", "--out", str(out)],
             timeout=400, env=child_env(tmp_path))  # fmt: skip
     text = out.read_text()
@@ -55,9 +55,9 @@ def test_scaling_benchmark_runs_every_configuration(tmp_path):
     assert "| fc1.weight |" in text and "Horovod's timeline" in text
 
 
-def test_bert_accuracy_benchmark_runs(tmp_path):
+def test_bert_accuracy_benchmark_runs(tmp_path, mr_dir):
     out = tmp_path / "bert.md"
-    run_cmd([sys.executable, "-m", "benchmarks.bert_accuracy", "--data-dir", str(MR_DATA), "--seeds", "0,1",
+    run_cmd([sys.executable, "-m", "benchmarks.bert_accuracy", "--data-dir", str(mr_dir), "--seeds", "0,1",
              "--recipe", "--model tiny-random --max-steps 2", "--out", str(out)], timeout=400,
             env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
     text = out.read_text()

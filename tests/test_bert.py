@@ -7,14 +7,12 @@ import torch
 
 from data import mr
 from distbench.errors import UserError
-from tests.helpers import MR_DATA, child_env, launch, read_record, run_cmd
+from tests.helpers import child_env, launch, read_record, run_cmd
+from tests.mr_data import MINI_TEST_COUNT
 from tests.test_cli import assert_one_line_error
 
-
-@pytest.fixture(scope="session")
-def mr_dir():
-    assert (MR_DATA / "rt-polarity.pos").is_file(), f"the MR polarity data is expected at {MR_DATA}"
-    return MR_DATA
+# The real data (`mr_dir`, found as tests/mr_data.py says) where the test is about it or about the real
+# workload; the mini corpus the tests write themselves (`mini_mr`) where only mechanics are checked.
 
 
 def test_full_data_and_fixed_split(mr_dir):
@@ -83,7 +81,7 @@ def _run_py(args, tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing_file", "empty_file", "unknown_model", "max_length", "head_lr"])
-def test_bad_input(tmp_path, mr_dir, case):
+def test_bad_input(tmp_path, mini_mr, case):
     data = tmp_path / "mr"
     data.mkdir()
     args = ["--data-dir", str(data)]
@@ -95,13 +93,13 @@ def test_bad_input(tmp_path, mr_dir, case):
         (data / "rt-polarity.neg").write_text("\n\n")
         fragment = "no sentences"
     elif case == "unknown_model":
-        args = ["--data-dir", str(mr_dir), "--model", "no-such-org/no-such-bert"]
+        args = ["--data-dir", str(mini_mr), "--model", "no-such-org/no-such-bert"]
         fragment = "cannot load BERT model id 'no-such-org/no-such-bert'"
     elif case == "max_length":
-        args = ["--data-dir", str(mr_dir), "--max-length", "100000"]
+        args = ["--data-dir", str(mini_mr), "--max-length", "100000"]
         fragment = "--max-length must be between"
     else:
-        args = ["--data-dir", str(mr_dir), "--head-lr", "-1"]
+        args = ["--data-dir", str(mini_mr), "--head-lr", "-1"]
         fragment = "--head-lr must be positive"
     assert_one_line_error(_run_py(args, tmp_path), fragment)
 
@@ -127,10 +125,10 @@ TINY = [*COMMON, "--model", "tiny-random", "--dropout", "0", "--max-steps", str(
 
 
 @pytest.fixture(scope="module")
-def tiny_reference(tmp_path_factory, mr_dir):
+def tiny_reference(tmp_path_factory, mini_mr):
     tmp = tmp_path_factory.mktemp("tiny")
     out = tmp / "r.json"
-    run_cmd(launch("single", 1, [*TINY, "--data-dir", str(mr_dir), "--output", str(out)]), timeout=240,
+    run_cmd(launch("single", 1, [*TINY, "--data-dir", str(mini_mr), "--output", str(out)]), timeout=240,
             env=child_env(tmp))  # fmt: skip
     return read_record(out)
 
@@ -138,20 +136,20 @@ def tiny_reference(tmp_path_factory, mr_dir):
 @pytest.mark.multiproc
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("backend", ["ddp", "accelerate", "horovod"])
-def test_tiny_bert_losses_match_single_process(tmp_path, mr_dir, tiny_reference, backend):
+def test_tiny_bert_losses_match_single_process(tmp_path, mini_mr, tiny_reference, backend):
     out = tmp_path / "r.json"
-    run_cmd(launch(backend, 2, [*TINY, "--data-dir", str(mr_dir), "--output", str(out)]), timeout=300,
+    run_cmd(launch(backend, 2, [*TINY, "--data-dir", str(mini_mr), "--output", str(out)]), timeout=300,
             env=child_env(tmp_path))  # fmt: skip
     rec = read_record(out)
     diffs = [abs(a - b) for a, b in zip(tiny_reference["loss_history"], rec["loss_history"], strict=True)]
     print(f"tiny BERT {backend} x2 vs single: max per-step loss difference {max(diffs):.3e}")
     assert len(diffs) == STEPS and max(diffs) < 1e-4
-    assert rec["eval_count"] == tiny_reference["eval_count"] == 1066
+    assert rec["eval_count"] == tiny_reference["eval_count"] == MINI_TEST_COUNT
 
 
-def test_bf16_autocast_runs_on_cpu(tmp_path, mr_dir):
+def test_bf16_autocast_runs_on_cpu(tmp_path, mini_mr):
     out = tmp_path / "r.json"
-    run_cmd(launch("single", 1, [*TINY[:-2], "--max-length", "32", "--precision", "bf16", "--data-dir", str(mr_dir),
+    run_cmd(launch("single", 1, [*TINY[:-2], "--max-length", "32", "--precision", "bf16", "--data-dir", str(mini_mr),
                                  "--output", str(out)]), timeout=240, env=child_env(tmp_path))  # fmt: skip
     rec = read_record(out)
     assert rec["precision"] == "bf16" and all(torch.isfinite(torch.tensor(rec["loss_history"])))

@@ -9,6 +9,7 @@ import pytest
 
 from distbench.launch import ACCELERATE, BIN, TORCHRUN, free_port, local_argv, resolve
 from tests.helpers import child_env, launch, read_record, run_cmd
+from tests.mr_data import write_mini_corpus
 from tests.test_cli import assert_one_line_error
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(400)]
@@ -137,7 +138,7 @@ def test_bad_checkpoints_are_refused_and_left_alone(tmp_path, case):
         fragment = "is corrupt"
     elif case == "other_task":
         args += ["--task", "bert-sentiment", "--model", "tiny-random", "--data-dir",
-                 str(__import__("tests.helpers", fromlist=["MR_DATA"]).MR_DATA)]  # fmt: skip
+                 str(write_mini_corpus(tmp_path / "mini-mr"))]  # fmt: skip
         fragment = "--task mnist"
     else:
         args += ["--batch-size", "32"]
