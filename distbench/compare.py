@@ -1,14 +1,18 @@
 """`run.py compare`: run backends x world sizes with their real launchers, one at a time, and report.
 
-Each run is a subprocess in its own process group with a timeout; a failed run is recorded with its
-last error lines and the sweep goes on. Ctrl-C stops the current run's processes and keeps the
-records written so far (and the report of them).
+With `--repeats N` the sweep is N rounds; each round runs every configuration once, in an order shuffled per
+round from `--order-seed` (recorded in sweep.json), so that a slow drift of the machine hits every
+configuration alike and paired ratios within a round cancel it (distbench/stats.py). Each run is a
+subprocess in its own process group with a timeout; a failed run is recorded with its last error lines and
+the sweep goes on. Ctrl-C stops the current run's processes and keeps the records written so far (and the
+report of them).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shlex
 import signal
@@ -52,6 +56,20 @@ def plan_runs(backends: list[str], nprocs: list[int], threads: int | None) -> li
         if t not in have:
             runs.insert(0, ("single", 1, t, True))
     return runs
+
+
+def round_orders(n_configs: int, repeats: int, seed: int) -> list[list[int]]:
+    """The order of the configurations in each round: as planned for a single round, else shuffled per round
+    from the seed (the same seed gives the same orders)."""
+    if repeats == 1:
+        return [list(range(n_configs))]
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(repeats):
+        order = list(range(n_configs))
+        rng.shuffle(order)
+        orders.append(order)
+    return orders
 
 
 def _tail(text: str, n: int = 12) -> str:
@@ -119,6 +137,10 @@ def compare(
     target_accuracy: Annotated[float | None, typer.Option(help="Record the time to reach this accuracy.")] = None,
     run_timeout_s: Annotated[int, typer.Option(help="Per-run timeout; the run is killed and marked failed.")] = 900,
     extra: Annotated[str, typer.Option(help="Extra run.py options, quoted, e.g. '--precision bf16'.")] = "",
+    repeats: Annotated[
+        int, typer.Option(help="Rounds: every configuration once per round; medians, intervals and verdicts over them.")
+    ] = 1,
+    order_seed: Annotated[int, typer.Option(help="Seed of the shuffled order of each round (recorded).")] = 0,
 ) -> None:
     backend_list = _csv(backends, "backends")
     for b in backend_list:
@@ -131,6 +153,8 @@ def compare(
         raise UserError("--nprocs values must be positive")
     if threads is not None and threads <= 0:
         raise UserError(f"--threads must be positive, got {threads}")
+    if repeats <= 0:
+        raise UserError(f"--repeats must be positive, got {repeats}")
     if data_dir is not None and not data_dir.is_dir():
         raise UserError(f"--data-dir {data_dir} does not exist")
     if (out / "results.jsonl").exists():
@@ -145,41 +169,56 @@ def compare(
     base_args += shlex.split(extra)
 
     runs = plan_runs(backend_list, world_sizes, threads)
+    orders = round_orders(len(runs), repeats, order_seed)
     sweep = {
         "command": "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "task": task.value,
-        "runs_planned": len(runs),
+        "repeats": repeats,
+        "order_seed": order_seed,
+        "orders": [[f"{runs[i][0]} x{runs[i][1]} t{runs[i][2]}" for i in order] for order in orders],
+        "runs_planned": len(runs) * repeats,
     }
     (out / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
-    results = out / "results.jsonl"
     t0 = time.time()
     try:
-        for i, (backend, n, t, baseline) in enumerate(runs, 1):
-            name = f"{task.value}-{backend}-w{n}-t{t}"
-            out_json = out / "runs" / f"{name}.json"
-            out_json.unlink(missing_ok=True)
-            cmd = typed_command(backend, n, [*base_args, "--threads", str(t), "--output", str(out_json), "--force"])
-            label = f"[{i}/{len(runs)}] {backend} x{n} ({t} thread{'s' if t > 1 else ''}/process)"
-            print(f"{label}: running ({len(runs) - i} after this)", file=sys.stderr, flush=True)
-            record = run_one(resolve(cmd), out_json, run_timeout_s, out / "runs" / f"{name}.log")
-            record.update(backend=backend, world_size=n, task=task.value, threads_per_process=t, baseline=baseline,
-                          command=" ".join(shlex.quote(c) for c in cmd))  # fmt: skip
-            with open(results, "a", encoding="utf-8") as f:
-                f.write(json.dumps(record, sort_keys=True) + "\n")
-            if record["status"] == "ok":
-                msg = f"{record['samples_per_sec']:.1f} samples/s, accuracy {record['eval_accuracy']:.4f}"
-            else:
-                msg = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
-            print(f"{label}: {msg}", file=sys.stderr, flush=True)
+        done = 0
+        for round_no, order in enumerate(orders, 1):
+            for position, i in enumerate(order, 1):
+                done += 1
+                progress = f"[{done}/{sweep['runs_planned']}]" + (f" round {round_no}/{repeats}" if repeats > 1 else "")
+                _run_config(out, task.value, base_args, runs[i], round_no, position, progress, run_timeout_s)
     except KeyboardInterrupt:
-        print(f"interrupted: the current run was stopped; records so far are in {results}", file=sys.stderr)
+        print(f"interrupted: the current run was stopped; records so far are in {out / 'results.jsonl'}",
+              file=sys.stderr)  # fmt: skip
         _write_report(out)
         raise typer.Exit(130) from None
     print(f"sweep done in {time.time() - t0:.0f} s", file=sys.stderr)
     report_md = _write_report(out)
     print(report_md.split("## Environment")[0].rstrip())
     print(f"\nreport: {out / 'report.md'} (plots, summary.csv and results.jsonl beside it)")
+
+
+def _run_config(out: Path, task: str, base_args: list[str], run: tuple, round_no: int, position: int,
+                progress: str, timeout_s: float) -> None:  # fmt: skip
+    """One run of one configuration in one round: launch it, append its record (or its failure) to results.jsonl."""
+    backend, n, t, baseline = run
+    name = f"{task}-{backend}-w{n}-t{t}-r{round_no}"
+    out_json = out / "runs" / f"{name}.json"
+    out_json.unlink(missing_ok=True)
+    cmd = typed_command(backend, n, [*base_args, "--threads", str(t), "--output", str(out_json), "--force"])
+    label = f"{progress} {backend} x{n} ({t} thread{'s' if t > 1 else ''}/process)"
+    print(f"{label}: running", file=sys.stderr, flush=True)
+    record = run_one(resolve(cmd), out_json, timeout_s, out / "runs" / f"{name}.log")
+    record.update(backend=backend, world_size=n, task=task, threads_per_process=t, baseline=baseline,
+                  round=round_no, order=position, command=" ".join(shlex.quote(c) for c in cmd))  # fmt: skip
+    with open(out / "results.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+    if record["status"] == "ok":
+        msg = f"{record['samples_per_sec']:.1f} samples/s, accuracy {record['eval_accuracy']:.4f}"
+    else:
+        msg = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
+    print(f"{label}: {msg}", file=sys.stderr, flush=True)
 
 
 def _write_report(out: Path) -> str:
@@ -192,11 +231,15 @@ def _write_report(out: Path) -> str:
 def report(
     dirs: Annotated[list[Path], typer.Argument(help="Folders written by `run.py compare`.")],
     out: Annotated[Path | None, typer.Option(help="Where to write (default: the first folder).")] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="An older sweep folder: each configuration of DIRS gets a verdict against the same one."),
+    ] = None,
 ) -> None:
-    for d in dirs:
+    for d in [*dirs, *([baseline] if baseline is not None else [])]:
         if not (d / "results.jsonl").is_file():
             raise UserError(f"{d} holds no results.jsonl (was it written by `run.py compare`?)")
     from distbench.report import write_report
 
     built_by = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print(write_report(dirs, out or dirs[0], built_by))
+    print(write_report(dirs, out or dirs[0], built_by, baseline))

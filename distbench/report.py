@@ -1,17 +1,43 @@
-"""Report of compare sweeps: summary.csv, a markdown report and matplotlib plots, from results.jsonl."""
+"""Report of compare sweeps, from results.jsonl: summary.csv (one row per configuration), runs.csv (one row
+per run), a markdown report with verdicts and a noise gauge, and plots with error bars.
+
+A *configuration* is what a sweep varies (task, backend, world size, threads per process); each is run once
+per round. Summaries are medians over rounds with bootstrap intervals; speed-up and efficiency are paired
+with the same round's reference run (`single` x1, same threads per process). The statistics are in
+distbench/stats.py, and why they are these in docs/statistics.md.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
+from dataclasses import dataclass, field
+from itertools import combinations
 from pathlib import Path
 
+from backends import NAMES
+from distbench import stats
+from distbench.stats import Summary
+
+CONFIG_FIELDS = ("task", "backend", "world_size", "threads_per_process")  # what identifies a configuration
+
 COLUMNS = [
-    "task", "backend", "world_size", "threads_per_process", "status", "samples_per_sec", "speedup",
-    "scaling_efficiency", "step_p50_ms", "step_p90_ms", "data_ms", "forward_backward_ms", "optimizer_ms",
-    "startup_s", "launch_to_first_step_s", "peak_rss_mb", "final_loss", "eval_accuracy", "eval_count",
-    "time_to_target_s", "steps", "wall_time_s", "error", "command",
+    "task", "backend", "world_size", "threads_per_process", "label", "runs", "runs_ok",
+    "samples_per_sec", "samples_per_sec_lo", "samples_per_sec_hi", "samples_per_sec_min", "samples_per_sec_max",
+    "speedup", "speedup_lo", "speedup_hi", "scaling_efficiency", "scaling_efficiency_lo", "scaling_efficiency_hi",
+    "step_p50_ms", "step_p90_ms", "data_ms", "forward_backward_ms", "optimizer_ms", "startup_s",
+    "launch_to_first_step_s", "peak_rss_mb", "final_loss", "eval_accuracy", "eval_count", "time_to_target_s",
+    "steps", "error", "command",
 ]  # fmt: skip
+
+RUN_COLUMNS = [
+    "round", "order", "task", "backend", "world_size", "threads_per_process", "status", "samples_per_sec",
+    "speedup", "step_p50_ms", "step_p90_ms", "peak_rss_mb", "final_loss", "eval_accuracy", "eval_count",
+    "launch_to_first_step_s", "steps", "error", "command",
+]  # fmt: skip
+
+_MEDIAN_FIELDS = ("startup_s", "launch_to_first_step_s", "peak_rss_mb", "final_loss", "eval_accuracy",
+                  "eval_count", "time_to_target_s", "steps", "epochs")  # fmt: skip
 
 
 def load(dirs: list[Path]) -> tuple[list[dict], list[dict]]:
@@ -19,39 +45,210 @@ def load(dirs: list[Path]) -> tuple[list[dict], list[dict]]:
     for d in dirs:
         path = d / "results.jsonl"
         lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []  # interrupted before any
-        records += [json.loads(line) for line in lines if line.strip()]
+        for line in lines:
+            if line.strip():
+                rec = json.loads(line)
+                rec.setdefault("round", 1)  # sweeps from before --repeats ran one round
+                records.append(rec)
         if (d / "sweep.json").is_file():
             sweeps.append(json.loads((d / "sweep.json").read_text()))
     return records, sweeps
 
 
-def baseline_for(rec: dict, records: list[dict]) -> dict | None:
-    """`single` at world size 1, same task, same threads per process."""
-    for r in records:
-        if (r["status"] == "ok" and r["backend"] == "single" and r["world_size"] == 1 and r["task"] == rec["task"]
-                and r["threads_per_process"] == rec["threads_per_process"]):  # fmt: skip
-            return r
+def config_key(rec: dict) -> tuple:
+    return tuple(rec.get(f) for f in CONFIG_FIELDS)
+
+
+@dataclass
+class Config:
+    """One configuration over the rounds of a sweep: every run of it, ok or failed."""
+
+    task: str
+    backend: str
+    world_size: int
+    threads: int
+    runs: list[dict] = field(default_factory=list)
+    label: str = ""
+
+    @property
+    def key(self) -> tuple:
+        return (self.task, self.backend, self.world_size, self.threads)
+
+    @property
+    def ok(self) -> list[dict]:
+        return [r for r in self.runs if r["status"] == "ok"]
+
+    def by_round(self, metric: str = "samples_per_sec") -> dict[int, float]:
+        return {r["round"]: r[metric] for r in self.ok if r.get(metric)}
+
+    def summary(self, metric: str = "samples_per_sec") -> Summary | None:
+        return stats.summarize([_get(r, metric) for r in self.ok])
+
+    def median(self, metric: str):
+        s = self.summary(metric)
+        return s.median if s else None
+
+
+def _get(rec: dict, metric: str):
+    """A record's value; "a.b" reaches into a nested field (step_time_ms.p50)."""
+    value = rec
+    for part in metric.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def configurations(records: list[dict]) -> list[Config]:
+    """The configurations (by task, then backend in the registry's order, world size, threads), each with its
+    runs, and labels that are as short as they can be without two configurations of a task sharing one."""
+    configs: dict[tuple, Config] = {}
+    for rec in records:
+        key = config_key(rec)
+        if key not in configs:
+            configs[key] = Config(*key)
+        configs[key].runs.append(rec)
+    tasks = list(dict.fromkeys(c.task for c in configs.values()))
+    order = {name: i for i, name in enumerate(NAMES)}
+    out = sorted(configs.values(), key=lambda c: (tasks.index(c.task), order.get(c.backend, len(order)),
+                                                  c.world_size, c.threads))  # fmt: skip
+    for c in out:
+        twins = [o for o in out if (o.task, o.backend, o.world_size) == (c.task, c.backend, c.world_size)]
+        c.label = f"{c.backend} x{c.world_size}" + (f" t{c.threads}" if len(twins) > 1 else "")
+    return out
+
+
+def reference_for(cfg: Config, configs: list[Config]) -> Config | None:
+    """`single` at world size 1, same task, same threads per process: the reference of speed-up."""
+    for c in configs:
+        if (c.task, c.backend, c.world_size, c.threads) == (cfg.task, "single", 1, cfg.threads) and c.ok:
+            return c
     return None
 
 
-def rows(records: list[dict]) -> list[dict]:
+def speedup(cfg: Config, configs: list[Config]) -> Summary | None:
+    """Per round: this configuration's samples/s over the same round's reference run, summarised."""
+    ref = reference_for(cfg, configs)
+    if ref is None:
+        return None
+    return stats.summarize(stats.paired_ratios(cfg.by_round(), ref.by_round()))
+
+
+def _scaled(s: Summary | None, k: float) -> Summary | None:
+    if s is None:
+        return None
+    return Summary(s.median / k, s.lo / k if s.has_interval else None, s.hi / k if s.has_interval else None,
+                   s.min / k, s.max / k, s.n)  # fmt: skip
+
+
+def config_row(cfg: Config, configs: list[Config]) -> dict:
+    """One configuration's medians (and intervals) as a flat row: the CSV's and the table's."""
+    row = {"task": cfg.task, "backend": cfg.backend, "world_size": cfg.world_size,
+           "threads_per_process": cfg.threads, "label": cfg.label, "runs": len(cfg.runs), "runs_ok": len(cfg.ok),
+           "command": cfg.runs[0].get("command")}  # fmt: skip
+    failed = [r for r in cfg.runs if r["status"] != "ok"]
+    row["error"] = (failed[-1].get("error") or "").splitlines()[-1] if failed and failed[-1].get("error") else ""
+    sps = cfg.summary()
+    if sps is None:
+        return row
+    row.update(samples_per_sec=sps.median, samples_per_sec_lo=sps.lo, samples_per_sec_hi=sps.hi,
+               samples_per_sec_min=sps.min, samples_per_sec_max=sps.max)  # fmt: skip
+    up = speedup(cfg, configs)
+    eff = _scaled(up, cfg.world_size)
+    for name, s in (("speedup", up), ("scaling_efficiency", eff)):
+        if s is not None:
+            row.update({name: s.median, f"{name}_lo": s.lo, f"{name}_hi": s.hi})
+    row["step_p50_ms"], row["step_p90_ms"] = cfg.median("step_time_ms.p50"), cfg.median("step_time_ms.p90")
+    for phase in ("data_ms", "forward_backward_ms", "optimizer_ms"):
+        row[phase] = cfg.median(f"step_breakdown_ms.{phase}")
+    for name in _MEDIAN_FIELDS:
+        row[name] = cfg.median(name)
+    return row
+
+
+def run_rows(records: list[dict], configs: list[Config]) -> list[dict]:
+    by_key = {c.key: c for c in configs}
     out = []
     for r in records:
-        row = {k: r.get(k) for k in ("task", "backend", "world_size", "threads_per_process", "status",
-                                     "startup_s", "launch_to_first_step_s", "peak_rss_mb", "final_loss",
-                                     "eval_accuracy", "eval_count", "time_to_target_s", "steps", "wall_time_s",
-                                     "command", "samples_per_sec", "epochs")}  # fmt: skip
+        row = {k: r.get(k) for k in RUN_COLUMNS}
         row["error"] = (r.get("error") or "").splitlines()[-1] if r.get("error") else ""
         if r["status"] == "ok":
-            row["step_p50_ms"] = r["step_time_ms"]["p50"]
-            row["step_p90_ms"] = r["step_time_ms"]["p90"]
-            row.update(r.get("step_breakdown_ms", {}))
-            base = baseline_for(r, records)
-            if base and base["samples_per_sec"]:
-                row["speedup"] = r["samples_per_sec"] / base["samples_per_sec"]
-                row["scaling_efficiency"] = row["speedup"] / r["world_size"]
+            row["step_p50_ms"], row["step_p90_ms"] = r["step_time_ms"]["p50"], r["step_time_ms"]["p90"]
+            ref = reference_for(by_key[config_key(r)], configs)
+            ref_sps = ref.by_round().get(r["round"]) if ref else None
+            row["speedup"] = r["samples_per_sec"] / ref_sps if ref_sps else None
         out.append(row)
     return out
+
+
+# ---- verdicts and the noise gauge ----------------------------------------------------------------
+def comparisons(configs: list[Config]) -> list[tuple[str, str, Summary | None]]:
+    """(a, b, paired ratio a/b): each pair of configurations at the same world size, then each distributed one
+    against its reference."""
+    out = []
+    ok = [c for c in configs if c.ok]
+    for a, b in combinations(ok, 2):
+        if a.world_size == b.world_size and a.task == b.task:
+            out.append((b.label, a.label, stats.summarize(stats.paired_ratios(b.by_round(), a.by_round()))))
+    for c in ok:
+        ref = reference_for(c, configs)
+        if c.world_size > 1 and ref is not None:
+            out.append((c.label, ref.label, speedup(c, configs)))
+    return out
+
+
+def verdicts(configs: list[Config]) -> list[str]:
+    return [stats.verdict(a, b, ratio) for a, b, ratio in comparisons(configs)]
+
+
+def noise_lines(configs: list[Config]) -> list[str]:
+    """The spread of the reference configurations, and what the repeats can resolve: the median half-width of
+    the paired ratios' intervals (drift cancels in them, the runs' own noise does not); a warning above
+    stats.NOISE_WARN_PCT."""
+    lines = []
+    for ref in (c for c in configs if c.backend == "single" and c.world_size == 1 and c.ok):
+        s = ref.summary()
+        lines.append(f"- Reference {ref.label}: median {s.median:.1f} samples/s over {s.n} round(s), min-max "
+                     f"{s.min:.1f}-{s.max:.1f} ({100 * (s.max - s.min) / s.median:.0f} % of the median).")  # fmt: skip
+    rounds = max((len(c.ok) for c in configs), default=0)
+    widths = [r.half_width_pct() for _, _, r in comparisons(configs) if r is not None and r.has_interval]
+    if not widths:
+        lines.append(f"- **Warning**: fewer than {stats.MIN_FOR_INTERVAL} rounds: no interval, so no difference can "
+                     "be called real; run with `--repeats 5` or more.")  # fmt: skip
+        return lines
+    resolution = sorted(widths)[len(widths) // 2]
+    text = (f"- Resolution: the paired ratios' {stats.CI} are ±{resolution:.1f} % wide (median over "
+            f"{len(widths)} comparisons, {rounds} rounds)")  # fmt: skip
+    if resolution > stats.NOISE_WARN_PCT:
+        text += (f". **Warning**: this machine is too noisy to resolve differences smaller than about "
+                 f"{resolution:.0f} % with {rounds} rounds; more rounds (`--repeats`) or a quieter machine narrow "
+                 "it")  # fmt: skip
+    return lines + [text + "."]
+
+
+def baseline_verdicts(old: list[Config], new: list[Config]) -> list[str]:
+    """Each configuration of the new sweep against the same one in the baseline (unpaired: different sweeps)."""
+    old_by_key = {c.key: c for c in old if c.ok}
+    lines = []
+    for c in new:
+        before = old_by_key.get(c.key)
+        if before is None or not c.ok:
+            lines.append(f"{c.task} {c.label}: not in both sweeps (or failed in one)")
+            continue
+        ratio = stats.ratio_of_medians([r["samples_per_sec"] for r in c.ok], [r["samples_per_sec"] for r in before.ok])
+        lines.append(f"{c.task}: " + stats.verdict(f"{c.label} (new)", f"{c.label} (baseline)", ratio))
+    return lines
+
+
+# ---- markdown ------------------------------------------------------------------------------------
+def _fmt(v, spec: str) -> str:
+    return "—" if v is None or v == "" else format(v, spec)
+
+
+def _with_interval(row: dict, name: str, spec: str) -> str:
+    if row.get(name) is None:
+        return "—"
+    if row.get(f"{name}_lo") is None:
+        return format(row[name], spec)
+    return f"{row[name]:{spec}} ({row[f'{name}_lo']:{spec}}-{row[f'{name}_hi']:{spec}})"
 
 
 def _accuracy(row: dict) -> str:
@@ -59,62 +256,118 @@ def _accuracy(row: dict) -> str:
     the backend (the column is then throughput only). Evaluation is still exact: the count is shown."""
     epochs = row.get("epochs")
     if epochs is not None and epochs < 1:
-        return f"n/a: {epochs:.2f} epoch ({row['eval_count']})"
-    return f"{row['eval_accuracy']:.4f} ({row['eval_count']})"
+        return f"n/a: {epochs:.2f} epoch ({row['eval_count']:.0f})"
+    return f"{row['eval_accuracy']:.4f} ({row['eval_count']:.0f})"
 
 
-def _fmt(v, spec: str) -> str:
-    return "—" if v is None or v == "" else format(v, spec)
+def table_lines(rows: list[dict]) -> list[str]:
+    lines = ["| configuration | samples/s median (95 % CI) | min-max | speed-up (CI) | efficiency (CI) | "
+             "step p50 / p90 ms | accuracy (count) | final loss | peak RSS MB | start-up s | runs ok |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        runs_ok = f"{r['runs_ok']}/{r['runs']}"
+        if r.get("samples_per_sec") is None:
+            lines.append(f"| {r['label']} | — | — | — | — | — | — | — | — | — | {runs_ok}: failed: {r['error'][:80]} |")
+            continue
+        if r["runs_ok"] < r["runs"]:
+            runs_ok += f" (failed: {r['error'][:60]})"
+        lines.append(
+            f"| {r['label']} | {_with_interval(r, 'samples_per_sec', '.1f')} | "
+            f"{r['samples_per_sec_min']:.1f}-{r['samples_per_sec_max']:.1f} | {_with_interval(r, 'speedup', '.2f')} | "
+            f"{_with_interval(r, 'scaling_efficiency', '.2f')} | {r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | "
+            f"{_accuracy(r)} | {r['final_loss']:.4f} | {r['peak_rss_mb']:.0f} | "
+            f"{_fmt(r.get('launch_to_first_step_s'), '.1f')} | {runs_ok} |"
+        )
+    return lines
 
 
-def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: str | None = None) -> str:
-    table_rows = rows(records)
+def _steps_line(configs: list[Config]) -> str:
+    ok = [r for c in configs for r in c.ok]
+    steps = sorted({r["steps"] for r in ok})
+    warmup = sorted({r.get("warmup_steps") for r in ok if r.get("warmup_steps") is not None})
+    rounds = max((r["round"] for c in configs for r in c.runs), default=0)
+    return (f"Each run: {', '.join(map(str, steps))} global steps, the first {', '.join(map(str, warmup))} of them "
+            f"warm-up (not timed); {rounds} round(s), every configuration once per round.")  # fmt: skip
+
+
+def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: str | None = None,
+             baseline: list[dict] | None = None) -> str:  # fmt: skip
+    configs = configurations(records)
     lines = ["# distbench comparison", ""]
     if built_by:
         lines += [f"Built by `{built_by}` from the sweeps listed under Commands.", ""]
-    for task in dict.fromkeys(r["task"] for r in records):
-        mine = [r for r in table_rows if r["task"] == task]
-        lines += [f"## {task}", "",
-                  "| backend | world | threads/proc | samples/s | speed-up | efficiency | step p50 / p90 ms | "
-                  "accuracy (count) | final loss | peak RSS MB | start-up s | status |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-        for r in mine:
-            if r["status"] != "ok":
-                lines.append(f"| {r['backend']} | {r['world_size']} | {r['threads_per_process']} | — | — | — | — | — "
-                             f"| — | — | — | failed: {r['error'][:80]} |")  # fmt: skip
-                continue
-            lines.append(
-                f"| {r['backend']} | {r['world_size']} | {r['threads_per_process']} | {r['samples_per_sec']:.1f} | "
-                f"{_fmt(r.get('speedup'), '.2f')} | {_fmt(r.get('scaling_efficiency'), '.2f')} | "
-                f"{r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | {_accuracy(r)} | "
-                f"{r['final_loss']:.4f} | {r['peak_rss_mb']:.0f} | "
-                f"{_fmt(r.get('launch_to_first_step_s'), '.1f')} | ok |"
-            )
-        pics = [
-            f"![{name}]({plot_dir}/{task}-{name}.png)" for name in ("throughput", "efficiency", "loss", "breakdown")
-        ]
-        lines += ["", " ".join(pics[:2]), "", " ".join(pics[2:]),
-                  ""]  # fmt: skip
+    for task in dict.fromkeys(c.task for c in configs):
+        mine = [c for c in configs if c.task == task]
+        lines += [f"## {task}", "", _steps_line(mine), "", *table_lines([config_row(c, configs) for c in mine]), ""]
+        said = [f"- {v}" for v in verdicts(mine)] or ["- (one configuration)"]
+        lines += ["### Verdicts", "", *said, ""]
+        noise = noise_lines(mine) or ["- no reference run (`single` x1) in this sweep"]
+        lines += ["### Noise", "", *noise, ""]
+        pics = [f"![{n}]({plot_dir}/{task}-{n}.png)" for n in ("throughput", "efficiency", "loss", "breakdown")]
+        lines += [" ".join(pics[:2]), "", " ".join(pics[2:]), ""]
+    if baseline is not None:
+        lines += ["## Against the baseline sweep", "",
+                  "Each configuration's median samples/s in this sweep over the same configuration's in the baseline "
+                  f"(unpaired: the sweeps ran at different times; {stats.CI} by resampling each side).", "",
+                  *[f"- {v}" for v in baseline_verdicts(configurations(baseline), configs)], ""]  # fmt: skip
     lines += [
-        "Speed-up and efficiency are against `single` at world size 1 with the same threads per process "
-        "(efficiency = speed-up / world size). samples/s: steady-state global samples per second. Start-up: "
-        "from the launcher's start to the first training step. Peak RSS: the largest process.",
+        f"Medians over rounds; intervals are the bootstrap {stats.CI} of the median (docs/statistics.md). Speed-up "
+        "and efficiency are paired: each run over the same round's `single` x1 with the same threads per process "
+        "(efficiency = speed-up / world size). A verdict calls a difference real only when its interval excludes 1. "
+        "samples/s: steady-state global samples per second. Start-up: from the launcher's start to the first "
+        "training step. Peak RSS: the largest process. Labels: `backend xWORLD`, with `tTHREADS` where a "
+        "configuration runs at more than one thread count.",
         "",
     ]
-    ok = [r for r in records if r["status"] == "ok"]
-    if ok:
-        env = ok[0]["environment"]
-        lines += ["## Environment", ""] + [
-            f"- {k}: {env.get(k)}"
-            for k in ("torch", "accelerate", "horovod", "transformers", "python", "platform", "cpu_count", "device")
-        ]
-        threads = sorted({r["threads_per_process"] for r in records})
-        lines += [f"- threads per process: {', '.join(map(str, threads))} (intra-op, set per run)", ""]
+    lines += _environment_lines(records)
     lines += ["## Commands", ""]
     for s in sweeps:
-        lines += [f"Sweep ({s['started_at']}):", "", "```", s["command"], "```", ""]
-    lines += ["Runs:", "", "```"] + [r["command"] for r in records] + ["```", ""]
+        order = f" (repeats {s['repeats']}, order seed {s['order_seed']})" if "repeats" in s else ""
+        lines += [f"Sweep ({s['started_at']}){order}:", "", "```", s["command"], "```", ""]
+    lines += ["Runs (round 1):", "", "```"] + [r["command"] for r in records if r["round"] == 1] + ["```", ""]
     return "\n".join(lines)
+
+
+def _environment_lines(records: list[dict]) -> list[str]:
+    ok = [r for r in records if r["status"] == "ok"]
+    if not ok:
+        return []
+    env = ok[0]["environment"]
+    lines = ["## Environment", ""] + [
+        f"- {k}: {env.get(k)}"
+        for k in ("torch", "accelerate", "horovod", "transformers", "python", "platform", "cpu_count", "device")
+    ]
+    threads = sorted({r["threads_per_process"] for r in records})
+    return lines + [f"- threads per process: {', '.join(map(str, threads))} (intra-op, set per run)", ""]
+
+
+# ---- plots ---------------------------------------------------------------------------------------
+def _errorbar(ax, points: list[tuple[int, Summary]], label: str) -> None:
+    """Medians joined by a line, with the interval (or, with too few rounds, the min-max) as error bars."""
+    xs = [x for x, _ in points]
+    ys = [s.median for _, s in points]
+    lo = [s.median - (s.lo if s.has_interval else s.min) for _, s in points]
+    hi = [(s.hi if s.has_interval else s.max) - s.median for _, s in points]
+    ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label=label)
+
+
+def _finish(fig, ax, path: Path) -> None:
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)  # outside: covers no data
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+
+
+def plot_series(configs: list[Config], task: str, metric: str) -> dict[str, list[tuple[int, Summary]]]:
+    """The lines of a plot over world size: one per (backend, threads per process), so that runs at different
+    thread counts are never joined; each point is the configuration's summary (throughput or efficiency)."""
+    series: dict[str, list[tuple[int, Summary]]] = {}
+    for c in sorted((c for c in configs if c.task == task and c.ok), key=lambda c: c.world_size):
+        s = c.summary() if metric == "throughput" else _scaled(speedup(c, configs), c.world_size)
+        if s is not None:
+            series.setdefault(f"{c.backend}, {c.threads} thread{'s' if c.threads > 1 else ''}/proc", []).append(
+                (c.world_size, s)
+            )
+    return series
 
 
 def plots(records: list[dict], plot_dir: Path) -> None:
@@ -123,67 +376,66 @@ def plots(records: list[dict], plot_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    table = rows(records)
-    for task in dict.fromkeys(r["task"] for r in records):
-        mine = [r for r in table if r["task"] == task and r["status"] == "ok"]
-        recs = [r for r in records if r["task"] == task and r["status"] == "ok"]
-        for metric, ylabel, name in (("samples_per_sec", "global samples/s", "throughput"),
-                                     ("scaling_efficiency", "scaling efficiency", "efficiency")):  # fmt: skip
-            fig, ax = plt.subplots(figsize=(6, 4))
-            for backend in dict.fromkeys(r["backend"] for r in mine):
-                pts = sorted((r["world_size"], r[metric]) for r in mine if r["backend"] == backend and r.get(metric))
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), marker="o", label=backend)
-            ax.set(xlabel="world size (processes)", ylabel=ylabel, title=f"{task}: {ylabel}")
-            ax.grid(alpha=0.3)
-            ax.legend()
-            fig.tight_layout()
-            fig.savefig(plot_dir / f"{task}-{name}.png", dpi=100)
+    configs = configurations(records)
+    for task in dict.fromkeys(c.task for c in configs):
+        mine = [c for c in configs if c.task == task and c.ok]
+        for name, ylabel in (("throughput", "global samples/s"), ("efficiency", "scaling efficiency (paired)")):
+            fig, ax = plt.subplots(figsize=(6.5, 4))
+            for label, pts in plot_series(configs, task, name).items():
+                _errorbar(ax, pts, label)
+            ax.set(xlabel="world size (processes)", ylabel=f"{ylabel}, median", title=f"{task}: {ylabel}")
+            ax.set_xticks(sorted({c.world_size for c in mine}))
+            _finish(fig, ax, plot_dir / f"{task}-{name}.png")
             plt.close(fig)
         fig, ax = plt.subplots(figsize=(7, 4))
-        for r in recs:
-            ax.plot(r["loss_history"], label=f"{r['backend']} x{r['world_size']} t{r['threads_per_process']}",
-                    alpha=0.7)  # fmt: skip
-        ax.set(xlabel="global step", ylabel="training loss", title=f"{task}: loss curves (all runs)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(plot_dir / f"{task}-loss.png", dpi=100)
+        for c in mine:  # every round of a configuration trains the same steps: its first run stands for all
+            ax.plot(c.ok[0]["loss_history"], label=c.label, alpha=0.7)
+        ax.set(xlabel="global step", ylabel="training loss", title=f"{task}: loss curves")
+        _finish(fig, ax, plot_dir / f"{task}-loss.png")
         plt.close(fig)
-        fig, ax = plt.subplots(figsize=(7, 4))
-        labels = [f"{r['backend']}\nx{r['world_size']} t{r['threads_per_process']}" for r in mine]
-        bottom = [0.0] * len(mine)
-        for part in ("data_ms", "forward_backward_ms", "optimizer_ms"):
-            vals = [r.get(part) or 0.0 for r in mine]
-            name = {"data_ms": "data", "forward_backward_ms": "forward+backward (DDP: + overlapped sync)",
-                    "optimizer_ms": "optimizer step (Horovod: + gradient wait)"}[part]  # fmt: skip
-            ax.bar(labels, vals, bottom=bottom, label=name)
-            bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-        ax.set(ylabel="ms per step (main process)", title=f"{task}: step-time breakdown")
-        ax.tick_params(axis="x", labelsize=7)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(plot_dir / f"{task}-breakdown.png", dpi=100)
-        plt.close(fig)
+        _breakdown_plot(plt, mine, plot_dir / f"{task}-breakdown.png", task)
 
 
-def write_report(dirs: list[Path], out: Path, built_by: str | None = None) -> str:
-    """Write summary.csv, the markdown report and plots; returns the markdown.
+def _breakdown_plot(plt, configs: list[Config], path: Path, task: str) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels = [c.label.replace(" ", "\n", 1) for c in configs]
+    bottom = [0.0] * len(configs)
+    for part, name in (("data_ms", "data"), ("forward_backward_ms", "forward+backward (DDP: + overlapped sync)"),
+                       ("optimizer_ms", "optimizer step (Horovod: + gradient wait)")):  # fmt: skip
+        vals = [c.median(f"step_breakdown_ms.{part}") or 0.0 for c in configs]
+        ax.bar(labels, vals, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.set(ylabel="ms per step, median (main process)", title=f"{task}: step-time breakdown")
+    ax.tick_params(axis="x", labelsize=7)
+    _finish(fig, ax, path)
+    plt.close(fig)
 
-    `out` is a folder (report.md inside it) or a .md path (plots and CSV in the folder of the same stem).
+
+def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_report(dirs: list[Path], out: Path, built_by: str | None = None, baseline: Path | None = None) -> str:
+    """Write summary.csv, runs.csv, the markdown report and plots; returns the markdown.
+
+    `out` is a folder (report.md inside it) or a .md path (plots and CSVs in the folder of the same stem).
+    `baseline`: a sweep folder to compare each configuration with (`run.py report --baseline`).
     """
     records, sweeps = load(dirs)
+    old = load([baseline])[0] if baseline is not None else None
     if out.suffix == ".md":
         md_path, plot_dir = out, out.parent / out.stem
     else:
         md_path, plot_dir = out / "report.md", out
     plot_dir.mkdir(parents=True, exist_ok=True)
-    with open(plot_dir / "summary.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows(records))
+    configs = configurations(records)
+    _write_csv(plot_dir / "summary.csv", COLUMNS, [config_row(c, configs) for c in configs])
+    _write_csv(plot_dir / "runs.csv", RUN_COLUMNS, run_rows(records, configs))
     plots(records, plot_dir)
     rel = plot_dir.relative_to(md_path.parent) if plot_dir != md_path.parent else Path(".")
-    text = markdown(records, sweeps, str(rel), built_by)
+    text = markdown(records, sweeps, str(rel), built_by, old)
     md_path.write_text(text, encoding="utf-8")
     return text

@@ -2,6 +2,7 @@
 
 import csv
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from distbench.compare import plan_runs
+from distbench.compare import plan_runs, round_orders
 from distbench.report import COLUMNS
 from tests.helpers import ROOT, child_env, run_cmd
 
@@ -26,20 +27,34 @@ def test_plan_adds_single_baselines_for_each_thread_count():
 def test_small_compare_writes_every_report_file(tmp_path):
     out = tmp_path / "cmp"
     cmd = [sys.executable, "run.py", "compare", "--task", "mnist", "--backends", "single,ddp", "--nprocs", "1,2",
-           "--max-steps", "6", "--threads", "1", "--out", str(out)]  # fmt: skip
+           "--max-steps", "6", "--threads", "1", "--repeats", "2", "--order-seed", "7", "--out", str(out)]  # fmt: skip
     run_cmd(cmd, timeout=400, env=child_env(tmp_path))
-    for name in ("results.jsonl", "summary.csv", "report.md", "sweep.json", "mnist-throughput.png",
+    for name in ("results.jsonl", "summary.csv", "runs.csv", "report.md", "sweep.json", "mnist-throughput.png",
                  "mnist-efficiency.png", "mnist-loss.png", "mnist-breakdown.png"):  # fmt: skip
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    sweep = json.loads((out / "sweep.json").read_text())
+    planned = ["single x1 t1", "ddp x1 t1", "ddp x2 t1"]
+    assert (sweep["repeats"], sweep["order_seed"]) == (2, 7)
+    assert sweep["orders"] == [[planned[i] for i in order] for order in round_orders(3, 2, 7)]
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # every configuration once per round, in the order sweep.json recorded for that round
+    for rnd, order in enumerate(sweep["orders"], 1):
+        ran = sorted((r for r in recs if r["round"] == rnd), key=lambda r: r["order"])
+        assert [f"{r['backend']} x{r['world_size']} t1" for r in ran] == order
     with open(out / "summary.csv") as f:
         table = list(csv.DictReader(f))
     assert list(table[0]) == COLUMNS
-    assert [(r["backend"], r["world_size"], r["status"]) for r in table] == [
-        ("single", "1", "ok"), ("ddp", "1", "ok"), ("ddp", "2", "ok")]  # fmt: skip
+    assert [(r["backend"], r["world_size"], r["runs_ok"]) for r in table] == [
+        ("single", "1", "2"), ("ddp", "1", "2"), ("ddp", "2", "2")]  # fmt: skip
     assert float(table[0]["speedup"]) == pytest.approx(1.0)
-    assert all(float(r["samples_per_sec"]) > 0 and r["eval_count"] == "500" for r in table)
+    assert all(float(r["samples_per_sec"]) > 0 and float(r["eval_count"]) == 500 for r in table)
+    with open(out / "runs.csv") as f:
+        assert sorted(int(r["round"]) for r in csv.DictReader(f)) == [1, 1, 1, 2, 2, 2]
     report = (out / "report.md").read_text()
-    assert "| ddp | 2 | 1 |" in report and "torchrun --nproc_per_node 2" in report
+    assert "| ddp x2 |" in report and "torchrun --nproc_per_node 2" in report
+    assert "### Verdicts" in report
+    assert re.search(r"ddp x2 vs single x1: \d\.\d\dx from 2 round\(s\), too few for an interval", report)
+    assert "fewer than 3 rounds" in report  # 2 rounds: no interval, and the report says so
 
     # rebuild from the records alone
     (out / "report.md").unlink()
@@ -50,7 +65,7 @@ def test_small_compare_writes_every_report_file(tmp_path):
     # a second sweep into the same folder is refused: nothing already written is lost
     proc = run_cmd(cmd, timeout=120, env=child_env(tmp_path), expect_rc=2)
     assert "already holds a sweep" in proc.stderr
-    assert len((out / "results.jsonl").read_text().splitlines()) == 3
+    assert len((out / "results.jsonl").read_text().splitlines()) == 6
 
 
 def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
