@@ -5,10 +5,11 @@ PY := .venv/bin/python
 setup:
 	@bash scripts/setup_env.sh
 
-# The main job, offline: every backend at world sizes 1 and 2 on MNIST; prints the table, leaves the report
-# in a new results/demo-<time>/ folder.
+# The main job, offline: ddp, accelerate and horovod at world size 2 against single on MNIST, 5 rounds in
+# shuffled order (about 4 minutes after set-up on 2 cores); prints the table and the verdicts, leaves the
+# report in a new results/demo-<time>/ folder.
 demo: setup
-	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 1,2 --max-steps 150 --out results/demo-$$(date +%Y%m%d-%H%M%S)
+	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 2 --max-steps 100 --repeats 5 --out results/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: setup
 	$(PY) -m pytest -q

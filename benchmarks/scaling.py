@@ -1,6 +1,7 @@
 """Where DDP's scaling goes on this machine: the step of 2 processes taken apart, one cost at a time.
 
     python -m benchmarks.scaling [--rounds 3] [--steps 300] [--out docs/performance.md --append]
+    python -m benchmarks.scaling --soak 50     # the all-reduce worker x2 50 times in a row: any crash?
 
 Every configuration is the MNIST ConvNet with 1 thread per process, distbench's data path (digits decoded
 once, a batch fetched with one indexing operation) and Adadelta, timed over the same steady-state steps:
@@ -197,6 +198,21 @@ def horovod_timeline_section(steps: int, warmup: int) -> list[str]:
     return lines
 
 
+def soak_worker(runs: int, mode: str, steps: int, warmup: int) -> int:
+    """The worker x2 `runs` times in a row (the SIGABRT of issue 17 came once in a few runs before the fix);
+    prints each crash's own stderr and the count; returns the exit code."""
+    crashed = 0
+    for i in range(1, runs + 1):
+        try:
+            run_config(2, mode, 64, steps, warmup, True)
+        except RuntimeError as e:
+            crashed += 1
+            print(f"run {i}: {e}", file=sys.stderr, flush=True)
+        print(f"run {i}/{runs}: {crashed} crashed so far", file=sys.stderr, flush=True)
+    print(f"{mode} x2: {runs} runs in a row, {crashed} crashed")
+    return 1 if crashed else 0
+
+
 def main(
     rounds: Annotated[int, typer.Option(help="Times the whole list of configurations runs.")] = 3,
     steps: Annotated[int, typer.Option(help="Timed steps per run, after 10 warm-up steps.")] = 300,
@@ -206,10 +222,16 @@ def main(
     batch: Annotated[int, typer.Option(hidden=True)] = 64,
     warmup: Annotated[int, typer.Option(hidden=True)] = 10,
     pin: Annotated[bool, typer.Option("--pin/--no-pin", hidden=True)] = True,
+    soak: Annotated[
+        int, typer.Option(help="Instead: run the all-reduce worker x2 this many times in a row; exit 1 on any crash.")
+    ] = 0,
+    soak_mode: Annotated[str, typer.Option(help="The worker --soak runs.")] = "allreduce-ddp",
 ) -> None:
     if worker_mode:
         worker(worker_mode, batch, steps, warmup, pin)
         return
+    if soak:
+        raise typer.Exit(soak_worker(soak, soak_mode, steps, warmup))
     results: dict[str, list[dict]] = {c[0]: [] for c in CONFIGS}
     for r in range(rounds):
         for label, nprocs, mode, gbatch, _base, pinned in CONFIGS:
