@@ -20,11 +20,21 @@ from distbench.launch import LOOPBACK, PYTHON
 from distbench.sharding import GlobalBatchSampler
 
 try:
-    from accelerate import Accelerator, DataLoaderConfiguration, DistributedDataParallelKwargs, InitProcessGroupKwargs
+    from accelerate import (
+        Accelerator,
+        DataLoaderConfiguration,
+        DistributedDataParallelKwargs,
+        InitProcessGroupKwargs,
+    )
+    from accelerate.utils import DDPCommunicationHookType, GradientAccumulationPlugin
 except ImportError as e:  # pragma: no cover - exercised only where accelerate is missing
     from distbench.errors import BackendUnavailable
 
     raise BackendUnavailable(f"--backend accelerate needs the accelerate package: pip install accelerate ({e})") from e
+
+
+_COMM_HOOKS = {"none": DDPCommunicationHookType.NO, "fp16": DDPCommunicationHookType.FP16,
+               "bf16": DDPCommunicationHookType.BF16}  # fmt: skip
 
 
 class AccelerateBackend(Backend):
@@ -40,8 +50,16 @@ class AccelerateBackend(Backend):
             init_process_group(backend, timedelta(seconds=self.timeout_s))
         # Accelerate wraps the model in DDP: the same bucket settings as the ddp backend (the size is set in
         # prepare(), when the model is known).
-        self._ddp_kwargs = DistributedDataParallelKwargs(gradient_as_bucket_view=True)
+        # Accelerate: --grad-compression is its DDP kwargs' comm_hook (the same torch hooks as the ddp backend)
+        self._ddp_kwargs = DistributedDataParallelKwargs(
+            gradient_as_bucket_view=True, comm_hook=_COMM_HOOKS[self.grad_compression]
+        )
         self.accelerator = Accelerator(
+            # Accelerate: --accumulate is its gradient accumulation; the step count alone decides when to sync
+            # (the loop always runs exactly `accumulate` micro-batches per step, also at an epoch's end).
+            gradient_accumulation_plugin=GradientAccumulationPlugin(
+                num_steps=self.accumulate, sync_with_dataloader=False
+            ),
             # Accelerate: the loader's batch is the *global* batch and each process takes its slice,
             # which is exactly distbench's global-batch semantics (see distbench/sharding.py).
             dataloader_config=DataLoaderConfiguration(split_batches=True),
@@ -80,8 +98,16 @@ class AccelerateBackend(Backend):
         model, optimizer, train_loader = self.accelerator.prepare(model, optimizer, train_loader)
         return model, optimizer, train_loader
 
+    @contextlib.contextmanager
+    def accumulation(self, model: nn.Module, sync: bool):
+        # Accelerate: accumulate() counts micro-batches itself and uses DDP's no_sync on all but the last one
+        with self.accelerator.accumulate(model):
+            if self.accelerator.sync_gradients != sync:
+                raise RuntimeError(f"Accelerate's accumulation count is out of step with distbench's ({sync=})")
+            yield
+
     def backward(self, loss: torch.Tensor) -> None:
-        self.accelerator.backward(loss)
+        self.accelerator.backward(loss)  # Accelerate: divides the loss by gradient_accumulation_steps itself
 
     def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:
         if max_grad_norm is not None:

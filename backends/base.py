@@ -44,10 +44,13 @@ class Backend:
 
     name: ClassVar[str] = "base"
 
-    def __init__(self, launch: LaunchEnv, precision: str = "fp32", timeout_s: int = 300):
+    def __init__(self, launch: LaunchEnv, precision: str = "fp32", timeout_s: int = 300, accumulate: int = 1,
+                 grad_compression: str = "none"):  # fmt: skip
         self.launch = launch
         self.precision = precision
         self.timeout_s = timeout_s
+        self.accumulate = accumulate  # micro-batches per optimizer step
+        self.grad_compression = grad_compression  # none, fp16, bf16: the gradients' type on the wire
         self.rank, self.world_size, self.local_rank = 0, 1, 0
         self.device = torch.device("cpu")
         self._train_sampler: GlobalBatchSampler | None = None
@@ -89,8 +92,15 @@ class Backend:
         """Wrap what the library wraps; returns (model, optimizer, train_loader)."""
         return model.to(self.device), optimizer, train_loader
 
+    def accumulation(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
+        """The context of one micro-batch's forward and backward; `sync` is True for the last micro-batch of an
+        optimizer step, the one whose backward exchanges the gradients. No exchange here: nothing to skip."""
+        return contextlib.nullcontext()
+
     def backward(self, loss: torch.Tensor) -> None:
-        loss.backward()
+        """Backward of one micro-batch's mean loss, scaled by 1/accumulate so that the K accumulated gradients
+        add up to the gradient of the whole batch's mean loss."""
+        (loss / self.accumulate if self.accumulate > 1 else loss).backward()
 
     def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:
         """Clip the (already averaged) gradients to max_grad_norm when given, then step."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from datetime import timedelta
 
@@ -37,6 +38,17 @@ def bucket_cap_mb(device: torch.device, model: nn.Module) -> float:
     return 1.0 if grad_mb <= SMALL_MODEL_MB else 25.0
 
 
+def comm_hook(compression: str):
+    """DDP's own communication hook for --grad-compression (None: DDP's built-in all-reduce): the bucket is
+    cast to 16 bits, all-reduced, divided by the world size and cast back (torch's default_hooks). Also the
+    hook Accelerate registers for the same option (DDPCommunicationHookType.FP16/BF16)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    return {"none": None, "fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[
+        compression
+    ]
+
+
 class DDPBackend(Backend):
     name = "ddp"
 
@@ -69,7 +81,14 @@ class DDPBackend(Backend):
             bucket_cap_mb=bucket_cap_mb(self.device, model),
             forward_sync_buffers=False,
         )
+        hook = comm_hook(self.grad_compression)
+        if hook is not None:
+            ddp.register_comm_hook(state=None, hook=hook)
         return ddp, optimizer, train_loader
+
+    def accumulation(self, model: nn.Module, sync: bool):
+        # DDP: no_sync() skips the all-reduce; the gradients accumulate locally until the micro-batch that syncs
+        return contextlib.nullcontext() if sync else model.no_sync()
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model

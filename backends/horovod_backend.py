@@ -8,9 +8,10 @@ import torch
 from torch import nn
 
 from backends.base import Backend, ReduceOp
-from distbench.errors import BackendUnavailable
+from distbench.errors import BackendUnavailable, UserError
 
 try:
+    import horovod
     import horovod.torch as hvd
 except ImportError as e:  # pragma: no cover - exercised only where horovod is missing
     raise BackendUnavailable(
@@ -19,8 +20,22 @@ except ImportError as e:  # pragma: no cover - exercised only where horovod is m
     ) from e
 
 
+# Horovod: fp16 is its own Compression.fp16. bf16 cannot be had through its Compressor interface: Horovod 0.28's
+# PyTorch extension refuses bfloat16 tensors in every collective ("Tensor type torch.BFloat16Tensor is not
+# supported"), and the interface only changes what the all-reduce is given.
+_COMPRESSION = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16}
+
+
 class HorovodBackend(Backend):
     name = "horovod"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.grad_compression not in _COMPRESSION:
+            raise UserError(
+                f"--grad-compression {self.grad_compression}: Horovod {horovod.__version__} cannot all-reduce "
+                "bfloat16 tensors (its PyTorch extension rejects them); use fp16 or none"
+            )
 
     def setup(self) -> None:
         # Horovod: bound the Gloo rendezvous and collectives so survivors of a dead rank do not hang.
@@ -40,8 +55,14 @@ class HorovodBackend(Backend):
         # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        # Horovod: gradients are averaged by hooks during backward and waited for in step().
-        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), op=hvd.Average)
+        # Horovod: gradients are averaged by hooks during backward and waited for in step(). With
+        # backward_passes_per_step=K a parameter's hook all-reduces only after its K-th backward; the K local
+        # gradients are *summed* then (horovod#2497), so the loss is divided by K in backward() (the base
+        # class's) to make the result the large batch's mean gradient.
+        optimizer = hvd.DistributedOptimizer(
+            optimizer, named_parameters=model.named_parameters(), op=hvd.Average,
+            backward_passes_per_step=self.accumulate, compression=_COMPRESSION[self.grad_compression],
+        )  # fmt: skip
         return model, optimizer, train_loader
 
     def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import torch
 
+from distbench.config import RunConfig
 from distbench.errors import UserError
 
 FILENAME = "checkpoint.pt"
+_DEFAULTS = RunConfig().to_dict()
 FORMAT = 2  # 2: "rng" is {"cpu": [world, n], DEVICE: [world, m]}; 1 (still read): the CPU states alone
 # Options that must match for a resumed run to continue the same optimisation.
 MUST_MATCH = (
     "task", "model", "batch_size", "seed", "lr", "dropout", "max_length", "precision", "schedule",
-    "max_grad_norm", "warmup_ratio", "head_lr",
+    "max_grad_norm", "warmup_ratio", "head_lr", "accumulate", "grad_compression",
 )  # fmt: skip
 
 
@@ -55,7 +57,7 @@ def load(path: Path, config: dict, world_size: int) -> dict:
         raise UserError(f"checkpoint {path} is not a distbench checkpoint (format {FORMAT})")
     if state["format"] == 1:
         state["rng"] = {"cpu": state["rng"]}
-    saved = state["config"]
+    saved = {**_DEFAULTS, **state["config"]}  # options added later: an older checkpoint ran with their default
     for key in MUST_MATCH:
         if saved.get(key) != config.get(key):
             raise UserError(

@@ -16,7 +16,7 @@ import click
 import typer
 
 from backends import launch_help
-from distbench.config import BackendName, Precision, RunConfig, TaskName
+from distbench.config import BackendName, GradCompression, Precision, RunConfig, TaskName
 from distbench.errors import UserError
 
 LAUNCH_HELP = (
@@ -52,6 +52,20 @@ def train(
     ] = None,
     max_length: Annotated[int, typer.Option(help="bert-sentiment: truncate sentences to this many tokens.")] = 128,
     precision: Annotated[Precision, typer.Option(help="fp32, or bf16 autocast.")] = Precision.fp32,
+    accumulate: Annotated[
+        int,
+        typer.Option(
+            help="Micro-batches per optimizer step (the global batch stays --batch-size), through each "
+            "library's own mechanism: DDP no_sync, Accelerate accumulate, Horovod backward_passes_per_step."
+        ),
+    ] = 1,
+    grad_compression: Annotated[
+        GradCompression,
+        typer.Option(
+            help="Gradients on the wire: none, or fp16/bf16 through DDP comm hooks (ddp, accelerate) "
+            "or Horovod's compression."
+        ),
+    ] = GradCompression.none,
     schedule: Annotated[
         bool | None,
         typer.Option("--schedule/--no-schedule", help="bert-sentiment: linear warm-up/decay schedule (default on)."),
@@ -93,6 +107,7 @@ def train(
     cfg = RunConfig(
         backend=backend.value, task=task.value, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
         seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, precision=precision.value,
+        accumulate=accumulate, grad_compression=grad_compression.value,
         schedule=schedule, max_grad_norm=max_grad_norm, warmup_ratio=warmup_ratio, head_lr=head_lr, output=output, force=force, threads=threads,
         pin_cores=pin_cores,
         log_every=log_every, progress=progress, eval_batch_size=eval_batch_size, timeout_s=timeout_s,

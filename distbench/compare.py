@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
@@ -26,7 +27,7 @@ from typing import Annotated
 import typer
 
 from backends import NAMES, get_spec, typed_command
-from distbench.config import TaskName, default_threads
+from distbench.config import GradCompression, TaskName, default_threads
 from distbench.errors import UserError
 from distbench.launch import resolve
 
@@ -40,22 +41,53 @@ def _csv(value: str, what: str) -> list[str]:
     return items
 
 
-def plan_runs(backends: list[str], nprocs: list[int], threads: int | None) -> list[tuple[str, int, int, bool]]:
-    """(backend, world size, threads per process, is_baseline). `single` runs at world size 1 only; a
-    `single` run is added for every thread count used, as the baseline of speed-up and efficiency."""
+def _positive_ints(value: str, what: str) -> list[int]:
+    try:
+        items = [int(n) for n in _csv(value, what)]
+    except ValueError as e:
+        raise UserError(f"--{what} must be comma-separated integers, got {value!r}") from e
+    if any(n <= 0 for n in items):
+        raise UserError(f"--{what} values must be positive")
+    return items
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One configuration of a sweep (the fields report.CONFIG_FIELDS names, but the task)."""
+
+    backend: str
+    world_size: int
+    threads: int
+    accumulate: int = 1
+    grad_compression: str = "none"
+    baseline: bool = False  # added only as the reference of speed-up and efficiency
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend} x{self.world_size} t{self.threads} acc{self.accumulate} {self.grad_compression}"
+
+    def args(self) -> list[str]:
+        return ["--threads", str(self.threads), "--accumulate", str(self.accumulate),
+                "--grad-compression", self.grad_compression]  # fmt: skip
+
+
+def plan_runs(backends: list[str], nprocs: list[int], threads: int | None, accumulates: tuple[int, ...] = (1,),
+              compressions: tuple[str, ...] = ("none",)) -> list[Planned]:  # fmt: skip
+    """Every backend x world size x accumulate x compression. `single` runs at world size 1 and without
+    compression only; a `single` run is added for every (threads, accumulate) used, as the reference of
+    speed-up and efficiency."""
     runs = []
     for backend in backends:
         for n in nprocs:
-            if backend == "single" and n != 1:
-                continue
-            runs.append((backend, n, threads or default_threads(n), False))
-    wanted_threads = sorted({t for _, _, t, _ in runs}, reverse=True)
-    have = {t for b, n, t, _ in runs if b == "single" and n == 1}
-    runs = [(b, n, t, False) for b, n, t, _ in runs]
-    for t in wanted_threads:
-        if t not in have:
-            runs.insert(0, ("single", 1, t, True))
-    return runs
+            for k in accumulates:
+                for c in compressions:
+                    if backend == "single" and (n != 1 or c != "none"):
+                        continue
+                    runs.append(Planned(backend, n, threads or default_threads(n), k, c))
+    have = {(r.threads, r.accumulate) for r in runs if r.backend == "single"}
+    wanted = sorted({(r.threads, r.accumulate) for r in runs}, key=lambda tk: (-tk[0], tk[1]))
+    baselines = [Planned("single", 1, t, k, baseline=True) for t, k in wanted if (t, k) not in have]
+    return baselines + runs
 
 
 def round_orders(n_configs: int, repeats: int, seed: int) -> list[list[int]]:
@@ -140,21 +172,25 @@ def compare(
     repeats: Annotated[
         int, typer.Option(help="Rounds: every configuration once per round; medians, intervals and verdicts over them.")
     ] = 1,
+    accumulate: Annotated[str, typer.Option(help="Comma-separated micro-batches per step, a sweep axis.")] = "1",
+    grad_compression: Annotated[
+        str, typer.Option(help="Comma-separated gradient compressions (none, fp16, bf16), a sweep axis.")
+    ] = "none",
     order_seed: Annotated[int, typer.Option(help="Seed of the shuffled order of each round (recorded).")] = 0,
 ) -> None:
     backend_list = _csv(backends, "backends")
     for b in backend_list:
         get_spec(b)  # an unknown name is one line
-    try:
-        world_sizes = [int(n) for n in _csv(nprocs, "nprocs")]
-    except ValueError as e:
-        raise UserError(f"--nprocs must be comma-separated integers, got {nprocs!r}") from e
-    if any(n <= 0 for n in world_sizes):
-        raise UserError("--nprocs values must be positive")
+    world_sizes = _positive_ints(nprocs, "nprocs")
     if threads is not None and threads <= 0:
         raise UserError(f"--threads must be positive, got {threads}")
     if repeats <= 0:
         raise UserError(f"--repeats must be positive, got {repeats}")
+    accumulates = _positive_ints(accumulate, "accumulate")
+    compressions = _csv(grad_compression, "grad-compression")
+    for c in compressions:
+        if c not in GradCompression.__members__:
+            raise UserError(f"--grad-compression: {c!r} is not one of {', '.join(GradCompression.__members__)}")
     if data_dir is not None and not data_dir.is_dir():
         raise UserError(f"--data-dir {data_dir} does not exist")
     if (out / "results.jsonl").exists():
@@ -168,7 +204,7 @@ def compare(
             base_args += [flag, str(value)]
     base_args += shlex.split(extra)
 
-    runs = plan_runs(backend_list, world_sizes, threads)
+    runs = plan_runs(backend_list, world_sizes, threads, tuple(accumulates), tuple(compressions))
     orders = round_orders(len(runs), repeats, order_seed)
     sweep = {
         "command": "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -176,7 +212,7 @@ def compare(
         "task": task.value,
         "repeats": repeats,
         "order_seed": order_seed,
-        "orders": [[f"{runs[i][0]} x{runs[i][1]} t{runs[i][2]}" for i in order] for order in orders],
+        "orders": [[runs[i].label for i in order] for order in orders],
         "runs_planned": len(runs) * repeats,
     }
     (out / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
@@ -199,18 +235,18 @@ def compare(
     print(f"\nreport: {out / 'report.md'} (plots, summary.csv and results.jsonl beside it)")
 
 
-def _run_config(out: Path, task: str, base_args: list[str], run: tuple, round_no: int, position: int,
+def _run_config(out: Path, task: str, base_args: list[str], run: Planned, round_no: int, position: int,
                 progress: str, timeout_s: float) -> None:  # fmt: skip
     """One run of one configuration in one round: launch it, append its record (or its failure) to results.jsonl."""
-    backend, n, t, baseline = run
-    name = f"{task}-{backend}-w{n}-t{t}-r{round_no}"
+    name = f"{task}-{run.label.replace(' ', '-')}-r{round_no}"
     out_json = out / "runs" / f"{name}.json"
     out_json.unlink(missing_ok=True)
-    cmd = typed_command(backend, n, [*base_args, "--threads", str(t), "--output", str(out_json), "--force"])
-    label = f"{progress} {backend} x{n} ({t} thread{'s' if t > 1 else ''}/process)"
+    cmd = typed_command(run.backend, run.world_size, [*base_args, *run.args(), "--output", str(out_json), "--force"])
+    label = f"{progress} {run.label}"
     print(f"{label}: running", file=sys.stderr, flush=True)
     record = run_one(resolve(cmd), out_json, timeout_s, out / "runs" / f"{name}.log")
-    record.update(backend=backend, world_size=n, task=task, threads_per_process=t, baseline=baseline,
+    record.update(backend=run.backend, world_size=run.world_size, task=task, threads_per_process=run.threads,
+                  accumulate=run.accumulate, grad_compression=run.grad_compression, baseline=run.baseline,
                   round=round_no, order=position, command=" ".join(shlex.quote(c) for c in cmd))  # fmt: skip
     with open(out / "results.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")

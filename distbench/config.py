@@ -24,6 +24,15 @@ class Precision(str, Enum):
     bf16 = "bf16"
 
 
+class GradCompression(str, Enum):
+    """How gradients travel between processes: as they are, or cast to 16 bits by the library's own mechanism
+    (DDP communication hooks, Horovod compressors)."""
+
+    none = "none"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     backend: str = "single"
@@ -38,6 +47,8 @@ class RunConfig:
     model: str | None = None  # bert-sentiment: Hugging Face id, local path, or "tiny-random"
     max_length: int = 128
     precision: str = "fp32"
+    accumulate: int = 1  # micro-batches per optimizer step; the global batch stays batch_size
+    grad_compression: str = "none"  # none, fp16, bf16: the gradients' type on the wire
     warmup_ratio: float = 0.1  # bert-sentiment: linear warm-up over this fraction of steps, then linear decay
     schedule: bool | None = None  # linear warm-up/decay schedule (None: the task's default, on for bert)
     max_grad_norm: float | None = None  # clip gradients to this norm; 0: no clipping (None: the task's default)
@@ -105,6 +116,8 @@ def validate(cfg: RunConfig, world_size: int) -> None:
         raise UserError(f"--epochs must be positive, got {cfg.epochs}")
     if cfg.max_steps is not None and cfg.max_steps <= 0:
         raise UserError(f"--max-steps must be positive, got {cfg.max_steps}")
+    if cfg.accumulate <= 0:
+        raise UserError(f"--accumulate must be positive, got {cfg.accumulate}")
     if cfg.batch_size is not None:
         if cfg.batch_size <= 0:
             raise UserError(f"--batch-size must be positive, got {cfg.batch_size}")
@@ -113,6 +126,16 @@ def validate(cfg: RunConfig, world_size: int) -> None:
                 f"--batch-size {cfg.batch_size} is the global batch and must divide evenly across "
                 f"{world_size} processes"
             )
+        if cfg.batch_size % (world_size * cfg.accumulate):
+            raise UserError(
+                f"--batch-size {cfg.batch_size} with --accumulate {cfg.accumulate} on {world_size} processes: each "
+                f"process's {cfg.batch_size // world_size} samples per step must split into {cfg.accumulate} "
+                "equal micro-batches"
+            )
+    if cfg.grad_compression != "none" and cfg.backend == "single":
+        raise UserError(
+            f"--grad-compression {cfg.grad_compression}: the single backend exchanges no gradients; use none"
+        )
     if cfg.lr is not None and not cfg.lr > 0:
         raise UserError(f"--lr must be positive, got {cfg.lr}")
     if cfg.dropout is not None and not 0.0 <= cfg.dropout < 1.0:

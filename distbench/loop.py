@@ -26,6 +26,7 @@ from distbench.config import RunConfig, check_output_writable, default_threads, 
 from distbench.errors import UserError
 from distbench.record import Facts, build_record
 from distbench.reporter import Reporter
+from distbench.sharding import micro_batches
 from distbench.tasks import Task, build_task, load_datasets, with_defaults
 from distbench.timer import StepTimer
 
@@ -165,13 +166,20 @@ class Trainer:
         return self.prior_losses + self.backend.all_reduce(torch.stack(self.losses), ReduceOp.AVG).tolist()
 
     def train_step(self, batch, timer: StepTimer) -> torch.Tensor:
+        """One optimizer step over this rank's share of a global batch, in --accumulate micro-batches; returns
+        the mean of their losses."""
         parts, backend = self.parts, self.backend
-        batch = move_to(batch, backend.device)
+        micro = micro_batches(move_to(batch, backend.device), self.cfg.accumulate)
         timer.mark("data_ms")
         parts.optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no arguments
-        with backend.autocast():
-            loss = self.task.step(parts.model, batch)
-        backend.backward(loss)
+        losses = []
+        for i, mb in enumerate(micro):
+            with backend.accumulation(parts.model, sync=i == len(micro) - 1):
+                with backend.autocast():
+                    loss = self.task.step(parts.model, mb)
+                backend.backward(loss)
+            losses.append(loss.detach())
+        loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
         timer.mark("forward_backward_ms")
         backend.optimizer_step(parts.model, parts.optimizer, self.cfg.clip_norm)
         if parts.scheduler is not None:
@@ -245,7 +253,8 @@ def run(cfg: RunConfig) -> dict:
         # checked before any process group starts: a bad checkpoint is one line, exit 2
         resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict(), launch_env.world_size)
     facts = Facts(proc_start=psutil.Process().create_time(), started_at=datetime.now(UTC).isoformat(timespec="seconds"))
-    backend = spec.load()(launch_env, precision=cfg.precision, timeout_s=cfg.timeout_s)
+    backend = spec.load()(launch_env, precision=cfg.precision, timeout_s=cfg.timeout_s, accumulate=cfg.accumulate,
+                          grad_compression=cfg.grad_compression)  # fmt: skip
     backend.setup()
     torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
     # after setup, so that the libraries' communication threads started there are pinned too

@@ -63,6 +63,17 @@ def peak_memory_mb(backend: Backend) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def written_per_step(backend: Backend, timer: StepTimer) -> float | None:
+    """Bytes written through system calls per timed step, mean over ranks (a collective). CPU only: on GPU the
+    gradients travel through NCCL, not the process's system calls."""
+    mine = timer.written_bytes_per_step()
+    if backend.device.type != "cpu":
+        return None
+    value = torch.tensor([float("nan") if mine is None else mine], dtype=torch.float64, device=backend.device)
+    mean = backend.all_reduce(value, ReduceOp.AVG).item()
+    return None if mean != mean else mean  # NaN: some rank could not count
+
+
 def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[dict]) -> dict:
     backend, cfg, parts = trainer.backend, trainer.cfg, trainer.parts
     loss_history = trainer.loss_history()
@@ -82,7 +93,11 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "resumed_from_step": trainer.step - timer.steps,
         "steps_per_epoch": parts.steps_per_epoch,
         "epochs": round(trainer.step / parts.steps_per_epoch, 4),
+        "accumulate": cfg.accumulate,
+        "micro_batch_size": cfg.batch_size // (backend.world_size * cfg.accumulate),
+        "grad_compression": cfg.grad_compression,
         **timer.summary(cfg.batch_size),
+        "written_bytes_per_step": written_per_step(backend, timer),
         "startup_s": (first_step - facts.proc_start) if first_step else None,
         "first_step_unix": first_step,  # lets a driver measure launch-to-first-step, launcher included
         "peak_rss_mb": peak,

@@ -19,10 +19,13 @@ from backends import NAMES
 from distbench import stats
 from distbench.stats import Summary
 
-CONFIG_FIELDS = ("task", "backend", "world_size", "threads_per_process")  # what identifies a configuration
+# what identifies a configuration, with the value a record from before that field existed had
+CONFIG_FIELDS = {"task": None, "backend": None, "world_size": None, "threads_per_process": None, "accumulate": 1,
+                 "grad_compression": "none"}  # fmt: skip
 
 COLUMNS = [
-    "task", "backend", "world_size", "threads_per_process", "label", "runs", "runs_ok",
+    "task", "backend", "world_size", "threads_per_process", "accumulate", "grad_compression", "label", "runs",
+    "runs_ok",
     "samples_per_sec", "samples_per_sec_lo", "samples_per_sec_hi", "samples_per_sec_min", "samples_per_sec_max",
     "speedup", "speedup_lo", "speedup_hi", "scaling_efficiency", "scaling_efficiency_lo", "scaling_efficiency_hi",
     "step_p50_ms", "step_p90_ms", "data_ms", "forward_backward_ms", "optimizer_ms", "startup_s",
@@ -31,7 +34,8 @@ COLUMNS = [
 ]  # fmt: skip
 
 RUN_COLUMNS = [
-    "round", "order", "task", "backend", "world_size", "threads_per_process", "status", "samples_per_sec",
+    "round", "order", "task", "backend", "world_size", "threads_per_process", "accumulate", "grad_compression",
+    "status", "samples_per_sec",
     "speedup", "step_p50_ms", "step_p90_ms", "peak_rss_mb", "final_loss", "eval_accuracy", "eval_count",
     "launch_to_first_step_s", "steps", "error", "command",
 ]  # fmt: skip
@@ -56,7 +60,7 @@ def load(dirs: list[Path]) -> tuple[list[dict], list[dict]]:
 
 
 def config_key(rec: dict) -> tuple:
-    return tuple(rec.get(f) for f in CONFIG_FIELDS)
+    return tuple(rec.get(f, default) for f, default in CONFIG_FIELDS.items())
 
 
 @dataclass
@@ -67,12 +71,18 @@ class Config:
     backend: str
     world_size: int
     threads: int
+    accumulate: int = 1
+    compression: str = "none"
     runs: list[dict] = field(default_factory=list)
     label: str = ""
 
     @property
     def key(self) -> tuple:
-        return (self.task, self.backend, self.world_size, self.threads)
+        return (self.task, self.backend, self.world_size, self.threads, self.accumulate, self.compression)
+
+    def axes(self) -> dict[str, str]:
+        """The parts of the label beyond backend and world size, each shown only where it varies."""
+        return {"threads": f"t{self.threads}", "accumulate": f"acc{self.accumulate}", "compression": self.compression}
 
     @property
     def ok(self) -> list[dict]:
@@ -109,17 +119,18 @@ def configurations(records: list[dict]) -> list[Config]:
     tasks = list(dict.fromkeys(c.task for c in configs.values()))
     order = {name: i for i, name in enumerate(NAMES)}
     out = sorted(configs.values(), key=lambda c: (tasks.index(c.task), order.get(c.backend, len(order)),
-                                                  c.world_size, c.threads))  # fmt: skip
+                                                  c.world_size, c.threads, c.accumulate, c.compression))  # fmt: skip
     for c in out:
         twins = [o for o in out if (o.task, o.backend, o.world_size) == (c.task, c.backend, c.world_size)]
-        c.label = f"{c.backend} x{c.world_size}" + (f" t{c.threads}" if len(twins) > 1 else "")
+        shown = [text for axis, text in c.axes().items() if len({o.axes()[axis] for o in twins}) > 1]
+        c.label = " ".join([f"{c.backend} x{c.world_size}", *shown])
     return out
 
 
 def reference_for(cfg: Config, configs: list[Config]) -> Config | None:
-    """`single` at world size 1, same task, same threads per process: the reference of speed-up."""
+    """`single` at world size 1, same task, threads per process and accumulation: the reference of speed-up."""
     for c in configs:
-        if (c.task, c.backend, c.world_size, c.threads) == (cfg.task, "single", 1, cfg.threads) and c.ok:
+        if c.key == (cfg.task, "single", 1, cfg.threads, cfg.accumulate, "none") and c.ok:
             return c
     return None
 
@@ -142,7 +153,8 @@ def _scaled(s: Summary | None, k: float) -> Summary | None:
 def config_row(cfg: Config, configs: list[Config]) -> dict:
     """One configuration's medians (and intervals) as a flat row: the CSV's and the table's."""
     row = {"task": cfg.task, "backend": cfg.backend, "world_size": cfg.world_size,
-           "threads_per_process": cfg.threads, "label": cfg.label, "runs": len(cfg.runs), "runs_ok": len(cfg.ok),
+           "threads_per_process": cfg.threads, "accumulate": cfg.accumulate, "grad_compression": cfg.compression,
+           "label": cfg.label, "runs": len(cfg.runs), "runs_ok": len(cfg.ok),
            "command": cfg.runs[0].get("command")}  # fmt: skip
     failed = [r for r in cfg.runs if r["status"] != "ok"]
     row["error"] = (failed[-1].get("error") or "").splitlines()[-1] if failed and failed[-1].get("error") else ""
@@ -315,8 +327,8 @@ def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: s
         "and efficiency are paired: each run over the same round's `single` x1 with the same threads per process "
         "(efficiency = speed-up / world size). A verdict calls a difference real only when its interval excludes 1. "
         "samples/s: steady-state global samples per second. Start-up: from the launcher's start to the first "
-        "training step. Peak RSS: the largest process. Labels: `backend xWORLD`, with `tTHREADS` where a "
-        "configuration runs at more than one thread count.",
+        "training step. Peak RSS: the largest process. Labels: `backend xWORLD`, then `tTHREADS`, `accK` "
+        "(micro-batches per step) and the gradient compression where they vary.",
         "",
     ]
     lines += _environment_lines(records)
@@ -358,15 +370,19 @@ def _finish(fig, ax, path: Path) -> None:
 
 
 def plot_series(configs: list[Config], task: str, metric: str) -> dict[str, list[tuple[int, Summary]]]:
-    """The lines of a plot over world size: one per (backend, threads per process), so that runs at different
-    thread counts are never joined; each point is the configuration's summary (throughput or efficiency)."""
+    """The lines of a plot over world size: one per (backend, threads per process, accumulation, compression),
+    so that runs at different settings are never joined; each point is the configuration's summary
+    (throughput or efficiency)."""
     series: dict[str, list[tuple[int, Summary]]] = {}
     for c in sorted((c for c in configs if c.task == task and c.ok), key=lambda c: c.world_size):
         s = c.summary() if metric == "throughput" else _scaled(speedup(c, configs), c.world_size)
-        if s is not None:
-            series.setdefault(f"{c.backend}, {c.threads} thread{'s' if c.threads > 1 else ''}/proc", []).append(
-                (c.world_size, s)
-            )
+        if s is None:
+            continue
+        label = f"{c.backend}, {c.threads} thread{'s' if c.threads > 1 else ''}/proc"
+        label += (f", acc{c.accumulate}" if c.accumulate != 1 else "") + (
+            f", {c.compression}" if c.compression != "none" else ""
+        )
+        series.setdefault(label, []).append((c.world_size, s))
     return series
 
 

@@ -10,6 +10,10 @@ library and those that shard here see the same samples on the same rank.
 Evaluation: rank r takes test indices r, r + N, r + 2N, ...: every sample exactly once, nothing
 padded or duplicated, ranks may differ by one sample. Metrics are sums, all-reduced afterwards.
 
+Accumulation: with --accumulate K, rank r's share of each global batch is cut into K contiguous
+micro-batches of b / K samples (`micro_batches`), so that the K micro-batches of every rank together are
+the same global batch as without accumulation.
+
 Nothing here talks to other processes: rank and world size are passed in.
 """
 
@@ -74,3 +78,21 @@ class EvalShardSampler(Sampler[list[int]]):
     def __iter__(self) -> Iterator[list[int]]:
         for i in range(0, len(self.indices), self.batch_size):
             yield self.indices[i : i + self.batch_size]
+
+
+def micro_batches(batch, k: int) -> list:
+    """`batch` cut into k equal contiguous micro-batches along the sample dimension; tensors are cut, dicts,
+    lists and tuples are cut element by element. k == 1: [batch] itself."""
+    if k == 1:
+        return [batch]
+    if isinstance(batch, torch.Tensor):
+        if len(batch) % k:
+            raise ValueError(f"a batch of {len(batch)} samples does not split into {k} equal micro-batches")
+        return list(batch.chunk(k))
+    if isinstance(batch, dict):
+        parts = {key: micro_batches(v, k) for key, v in batch.items()}
+        return [{key: parts[key][i] for key in batch} for i in range(k)]
+    if isinstance(batch, list | tuple):
+        parts = [micro_batches(v, k) for v in batch]
+        return [type(batch)(p[i] for p in parts) for i in range(k)]
+    raise TypeError(f"cannot split a batch of type {type(batch).__name__} into micro-batches")

@@ -2,7 +2,10 @@
 
 The first `warmup` steps (start-up, allocator and thread-pool warm-up) are left out. The timed window
 opens with a barrier after them and closes with one after the last step, on the main process's wall
-clock; evaluations inside it are subtracted, so throughput is training alone.
+clock; evaluations inside it are subtracted, so throughput is training alone. Over the same window it
+counts the bytes the process writes through system calls (`written_bytes`): on CPU/gloo, the gradient
+exchange and the libraries' coordination, which is how the record shows what accumulation and compression
+change on the wire.
 """
 
 from __future__ import annotations
@@ -19,6 +22,20 @@ PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms")
 class Span:
     seconds: float = 0.0
     trained_s: float = 0.0  # training time before this span began (excluded spans not counted)
+
+
+def written_bytes() -> int | None:
+    """Bytes this process has handed to write()/writev() system calls so far (/proc/self/io `wchar`, all its
+    threads). Gloo's TCP pairs send with writev, so on CPU every byte of every all-reduce is in it; a training
+    window writes no files (checkpoints excepted). None where /proc is absent."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -39,6 +56,7 @@ class StepTimer:
         self.phase_ms = dict.fromkeys(PHASES, 0.0)
         self.first_step_unix: float | None = None
         self._t_begin = self._t_window = self._t_end = None
+        self._io_window = self._io_end = None  # written_bytes() when the window opens and closes
         self._excluded_s = 0.0  # evaluation time inside the window
         self._excluded_total_s = 0.0
         self._t0 = self._last = 0.0
@@ -47,7 +65,7 @@ class StepTimer:
     def begin(self) -> None:
         self._t_begin = time.perf_counter()
         if self.warmup == 0:
-            self._t_window = self._t_begin
+            self._t_window, self._io_window = self._t_begin, written_bytes()
 
     def start_step(self) -> None:
         self._t0 = self._last = time.perf_counter()
@@ -68,7 +86,7 @@ class StepTimer:
                 self.phase_ms[phase] += ms
         if self.steps == self.warmup:
             self.barrier()
-            self._t_window = time.perf_counter()
+            self._t_window, self._io_window = time.perf_counter(), written_bytes()
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[Span]:
@@ -83,7 +101,7 @@ class StepTimer:
 
     def finish(self) -> None:
         self.barrier()
-        self._t_end = time.perf_counter()
+        self._t_end, self._io_end = time.perf_counter(), written_bytes()
 
     @property
     def steady_steps(self) -> int:
@@ -98,4 +116,10 @@ class StepTimer:
             "samples_per_sec": global_batch * steady / window_s if window_s > 0 and steady else float("nan"),
             "step_time_ms": {"p50": percentile(self.step_ms, 0.5), "p90": percentile(self.step_ms, 0.9)},
             "step_breakdown_ms": {k: v / n for k, v in self.phase_ms.items()},
+            "written_bytes_per_step": self.written_bytes_per_step(),
         }
+
+    def written_bytes_per_step(self) -> float | None:
+        if self._io_window is None or self._io_end is None or not self.steady_steps:
+            return None
+        return (self._io_end - self._io_window) / self.steady_steps

@@ -19,9 +19,19 @@ pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
 
 def test_plan_adds_single_baselines_for_each_thread_count():
     runs = plan_runs(["ddp"], [1, 2], threads=None)
-    assert [(b, n) for b, n, _, base in runs if base] == [("single", 1)] * len({t for _, _, t, _ in runs})
-    assert plan_runs(["single", "ddp"], [1, 2], threads=1) == [("single", 1, 1, False), ("ddp", 1, 1, False),
-                                                               ("ddp", 2, 1, False)]  # fmt: skip
+    assert [(r.backend, r.world_size) for r in runs if r.baseline] == [("single", 1)] * len({r.threads for r in runs})
+    assert [(r.backend, r.world_size, r.threads, r.baseline) for r in plan_runs(["single", "ddp"], [1, 2], threads=1)] \
+        == [("single", 1, 1, False), ("ddp", 1, 1, False), ("ddp", 2, 1, False)]  # fmt: skip
+
+
+def test_plan_sweeps_accumulation_and_compression_with_a_reference_for_each_accumulation():
+    runs = plan_runs(["single", "ddp"], [2], threads=1, accumulates=(1, 4), compressions=("none", "fp16"))
+    assert [r.label for r in runs] == [
+        "single x1 t1 acc1 none", "single x1 t1 acc4 none",  # references: single has no compression
+        "ddp x2 t1 acc1 none", "ddp x2 t1 acc1 fp16", "ddp x2 t1 acc4 none", "ddp x2 t1 acc4 fp16",
+    ]  # fmt: skip
+    assert runs[0].baseline and runs[1].baseline and not runs[2].baseline
+    assert runs[3].args() == ["--threads", "1", "--accumulate", "1", "--grad-compression", "fp16"]
 
 
 def test_small_compare_writes_every_report_file(tmp_path):
@@ -33,14 +43,14 @@ def test_small_compare_writes_every_report_file(tmp_path):
                  "mnist-efficiency.png", "mnist-loss.png", "mnist-breakdown.png"):  # fmt: skip
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     sweep = json.loads((out / "sweep.json").read_text())
-    planned = ["single x1 t1", "ddp x1 t1", "ddp x2 t1"]
+    planned = ["single x1 t1 acc1 none", "ddp x1 t1 acc1 none", "ddp x2 t1 acc1 none"]
     assert (sweep["repeats"], sweep["order_seed"]) == (2, 7)
     assert sweep["orders"] == [[planned[i] for i in order] for order in round_orders(3, 2, 7)]
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     # every configuration once per round, in the order sweep.json recorded for that round
     for rnd, order in enumerate(sweep["orders"], 1):
         ran = sorted((r for r in recs if r["round"] == rnd), key=lambda r: r["order"])
-        assert [f"{r['backend']} x{r['world_size']} t1" for r in ran] == order
+        assert [f"{r['backend']} x{r['world_size']} t1 acc1 none" for r in ran] == order
     with open(out / "summary.csv") as f:
         table = list(csv.DictReader(f))
     assert list(table[0]) == COLUMNS

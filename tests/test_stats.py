@@ -138,3 +138,19 @@ def test_baseline_verdicts_match_configurations_between_sweeps():
     assert any(v.startswith("mnist: ddp x2 (new) is 1.2") for v in lines), lines
     only_new = report.baseline_verdicts(old[:1], same)
     assert any("not in both sweeps" in v for v in only_new)
+
+
+def test_labels_show_the_axes_that_vary_and_speedup_pairs_the_same_accumulation():
+    records = []
+    truth = (("single", 1, 1, "none", 1000.0), ("single", 1, 4, "none", 500.0), ("ddp", 2, 1, "none", 1600.0),
+             ("ddp", 2, 4, "fp16", 900.0))  # fmt: skip
+    for rnd in (1, 2, 3):
+        for backend, world, acc, comp, sps in truth:
+            records.append({**_record(backend, world, 1, rnd, sps), "accumulate": acc, "grad_compression": comp})
+    configs = report.configurations(records)
+    assert [c.label for c in configs] == ["single x1 acc1", "single x1 acc4", "ddp x2 acc1 none", "ddp x2 acc4 fp16"]
+    ddp_acc4 = configs[-1]
+    assert report.reference_for(ddp_acc4, configs).label == "single x1 acc4"
+    assert report.config_row(ddp_acc4, configs)["speedup"] == pytest.approx(1.8)
+    old = [{k: v for k, v in r.items() if k not in ("accumulate", "grad_compression")} for r in records[:1]]
+    assert report.config_key(old[0])[-2:] == (1, "none")  # records from before the knobs: their defaults
