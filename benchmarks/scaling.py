@@ -226,41 +226,50 @@ def main(
         int, typer.Option(help="Instead: run the all-reduce worker x2 this many times in a row; exit 1 on any crash.")
     ] = 0,
     soak_mode: Annotated[str, typer.Option(help="The worker --soak runs.")] = "allreduce-ddp",
+    modes: Annotated[
+        str | None,
+        typer.Option(
+            help="Only the configurations of these worker modes (comma-separated), e.g. "
+            "independent,ddp; the single runs (mode independent) are the efficiency's base."
+        ),
+    ] = None,
 ) -> None:
     if worker_mode:
         worker(worker_mode, batch, steps, warmup, pin)
         return
     if soak:
         raise typer.Exit(soak_worker(soak, soak_mode, steps, warmup))
-    results: dict[str, list[dict]] = {c[0]: [] for c in CONFIGS}
+    configs = [c for c in CONFIGS if modes is None or c[2] in modes.split(",")]
+    results: dict[str, list[dict]] = {c[0]: [] for c in configs}
     for r in range(rounds):
-        for label, nprocs, mode, gbatch, _base, pinned in CONFIGS:
+        for label, nprocs, mode, gbatch, _base, pinned in configs:
             rec = run_config(nprocs, mode, gbatch, steps, warmup, pinned)
             results[label].append(rec)
             print(f"round {r + 1}: {label}: {rec['samples_per_sec']:.0f} samples/s", file=sys.stderr, flush=True)
     med = {label: statistics.median(x["samples_per_sec"] for x in recs) for label, recs in results.items()}
-    single = {32: med["single, batch 32"], 64: med["single, batch 64"]}
+    single = {32: med.get("single, batch 32"), 64: med.get("single, batch 64")}
     lines = [
         "## Where the scaling goes: DDP at world size 2 taken apart",
         "",
-        f"Produced by `python -m benchmarks.scaling --rounds {rounds} --steps {steps}` on {datetime.now(UTC).date()}: "
+        f"Produced by `python -m benchmarks.scaling {' '.join(sys.argv[1:])}` on {datetime.now(UTC).date()}: "
         f"{os.cpu_count()} cores, {platform.platform()}. MNIST ConvNet, 1 thread per process, distbench's data "
         "path, Adadelta; median over the rounds (configurations alternate within each round).",
         "",
         "| configuration | samples/s (median) | per round | step p50 / p90 ms | efficiency vs 2 x single |",
         "|---|---|---|---|---|",
     ]
-    for label, _nprocs, mode, _gbatch, base, _pinned in CONFIGS:
+    for label, _nprocs, mode, _gbatch, base, _pinned in configs:
         recs = results[label]
         p50 = statistics.median(x["p50_ms"] for x in recs)
         p90 = statistics.median(x["p90_ms"] for x in recs)
-        eff = f"**{med[label] / (2 * single[base]):.3f}**" if base else "—"
+        eff = f"**{med[label] / (2 * single[base]):.3f}**" if base and single[base] else "—"
         per = " ".join(f"{x['samples_per_sec']:.0f}" for x in recs)
         if mode.startswith("allreduce"):  # no samples: only the time of one all-reduce counts
             lines.append(f"| {label} | — | — | {p50:.2f} / {p90:.2f} | — |")
         else:
             lines.append(f"| {label} | {med[label]:.0f} | {per} | {p50:.1f} / {p90:.1f} | {eff} |")
-    lines += horovod_timeline_section(steps, warmup)
+    if any(c[2] == "horovod" for c in configs):
+        lines += horovod_timeline_section(steps, warmup)
     text = "\n".join(lines) + "\n"
     print(text)
     if out:

@@ -138,7 +138,12 @@ def _invoke(app: typer.Typer, args: list[str], prog: str) -> int:
         from distbench import launch
 
         if launch.current().is_main:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {e}", file=sys.stderr, flush=True)
+        else:
+            # Every rank usually meets the same bad input at once. A launcher tears the job down when the first
+            # process exits (horovodrun kills the rest), which could cut the main process's line short; the
+            # others leave a moment later.
+            time.sleep(2)
         _record_for_torchrun(f"error: {e}")
         return e.exit_code
     return rv if isinstance(rv, int) else 0

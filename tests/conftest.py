@@ -61,3 +61,30 @@ def mini_mr(tmp_path_factory):
     from tests.mr_data import write_mini_corpus
 
     return write_mini_corpus(tmp_path_factory.mktemp("mini-mr"))
+
+
+MNIST_STEPS = 50
+MNIST_ARGS = ["--task", "mnist", "--no-progress", "--threads", "1", "--dropout", "0", "--batch-size", "64",
+              "--max-steps", str(MNIST_STEPS)]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def mnist_run(tmp_path_factory):
+    """`mnist_run(backend, world_size, *options)`: the record of a real launched MNIST run (dropout off, global
+    batch 64, 1 thread per process, MNIST_STEPS steps), run once per session and shared by the test modules
+    that check it (equivalence in test_multiprocess.py, accumulation and compression in test_knobs.py)."""
+    from tests.helpers import child_env, launch, read_record, run_cmd
+
+    cache: dict = {}
+
+    def get(backend: str, n: int, *options: str) -> dict:
+        key = (backend, n, options)
+        if key not in cache:
+            tmp = tmp_path_factory.mktemp(f"{backend}-x{n}")
+            out = tmp / "r.json"
+            run_cmd(launch(backend, n, [*MNIST_ARGS, *options, "--output", str(out)]), timeout=240,
+                    env=child_env(tmp))  # fmt: skip
+            cache[key] = read_record(out)
+        return cache[key]
+
+    return get

@@ -110,13 +110,16 @@ COMMON = ["--task", "bert-sentiment", "--no-progress", "--threads", "1"]
 @pytest.mark.multiproc
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("backend", ["ddp", "accelerate", "horovod"])
-def test_bert_under_every_backend_at_world_size_2(tmp_path, mr_dir, backend):
+def test_bert_under_every_backend_at_world_size_2(tmp_path, mini_mr, backend):
+    """The bundled MiniLM under each backend on the mini corpus (the real data under accelerate x2: the BERT
+    overhead benchmark's test; its 1,066 test sentences: test_full_data_and_fixed_split)."""
     out = tmp_path / "r.json"
-    cmd = launch(backend, 2, [*COMMON, "--data-dir", str(mr_dir), "--max-steps", "5", "--output", str(out)])
+    cmd = launch(backend, 2, [*COMMON, "--data-dir", str(mini_mr), "--max-steps", "5", "--output", str(out)])
     run_cmd(cmd, timeout=360, env=child_env(tmp_path))
     rec = read_record(out)
-    assert (rec["world_size"], rec["steps"], rec["eval_count"]) == (2, 5, 1066)
-    assert rec["dataset"]["n_test"] == 1066 and rec["per_rank_batch_size"] == 16
+    assert (rec["world_size"], rec["steps"], rec["eval_count"]) == (2, 5, MINI_TEST_COUNT)
+    assert rec["dataset"]["n_test"] == MINI_TEST_COUNT and rec["per_rank_batch_size"] == 16
+    assert rec["dataset"]["model"].startswith("default") and rec["final_loss"] == rec["final_loss"]
 
 
 STEPS = 10

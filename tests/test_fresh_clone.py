@@ -15,8 +15,8 @@ from tests.helpers import ROOT, child_env, run_cmd
 
 pytestmark = pytest.mark.timeout(300)
 
-# two tests that need the real data, one that needs none
-SELECTION = "full_data_and_fixed_split or bert_under_every_backend_at_world_size_2 or latin1"
+# a test that needs the real data, one that needs none
+SELECTION = "full_data_and_fixed_split or latin1"
 
 
 def _fresh_copy(dst):

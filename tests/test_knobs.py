@@ -5,20 +5,20 @@ Every run here is MNIST at world size 2 (single: 1), global batch 64, dropout of
 serves every check it appears in.
 """
 
+import json
 import sys
 
 import pytest
 import torch
 
 from distbench.sharding import micro_batches
-from tests.helpers import child_env, launch, read_record, run_cmd
+from tests.conftest import MNIST_STEPS
+from tests.helpers import child_env, launch, run_cmd
 from tests.test_cli import assert_one_line_error
 
 DISTRIBUTED = ["ddp", "accelerate", "horovod"]
-STEPS = 50
+STEPS = MNIST_STEPS
 EQUIVALENCE_STEPS = 20
-COMMON = ["--task", "mnist", "--no-progress", "--threads", "1", "--dropout", "0", "--batch-size", "64",
-          "--max-steps", str(STEPS)]  # fmt: skip
 # Compressed gradients are rounded (fp16 keeps 11 significant bits, bf16 8), so the trajectory drifts from the
 # uncompressed one, most while the loss falls fast, and comes back as both converge. Measured here (ddp x2,
 # 50 steps, loss 2.3 -> 0.3): the largest per-step difference was 0.055 (fp16) and 0.050 (bf16), around
@@ -36,24 +36,18 @@ SETTINGS = {  # name: extra options
 }
 
 
-def _run(backend: str, n: int, extra: list[str], tmp) -> dict:
-    out = tmp / "r.json"
-    run_cmd(launch(backend, n, [*COMMON, *extra, "--output", str(out)]), timeout=240, env=child_env(tmp))
-    return read_record(out)
-
-
 @pytest.fixture(scope="module")
-def single_runs(tmp_path_factory):
-    return {name: _run("single", 1, SETTINGS[name], tmp_path_factory.mktemp(f"single-{name}"))
-            for name in ("acc1", "acc2")}  # fmt: skip
+def single_runs(mnist_run):
+    return {name: mnist_run("single", 1, *SETTINGS[name]) for name in ("acc1", "acc2")}
 
 
 @pytest.fixture(scope="module", params=DISTRIBUTED)
-def runs(request, tmp_path_factory):
-    """Every setting of one backend at world size 2 (bf16 is refused by Horovod: see its test)."""
+def runs(request, mnist_run):
+    """Every setting of one backend at world size 2 (bf16 is refused by Horovod: see its test). The plain run
+    (acc1) is the one test_multiprocess.py compares with single."""
     backend = request.param
     names = [n for n in SETTINGS if not (backend == "horovod" and n == "bf16")]
-    return backend, {n: _run(backend, 2, SETTINGS[n], tmp_path_factory.mktemp(f"{backend}-{n}")) for n in names}
+    return backend, {n: mnist_run(backend, 2, *SETTINGS[n]) for n in names}
 
 
 def _max_diff(a: dict, b: dict, steps: int = STEPS) -> float:
@@ -162,3 +156,23 @@ def test_help_shows_the_knobs():
     assert "--accumulate" in proc.stdout and "--grad-compression" in proc.stdout
     proc = run_cmd([sys.executable, "run.py", "compare", "--help"], timeout=60)
     assert "--accumulate" in proc.stdout and "--grad-compression" in proc.stdout
+
+
+def test_knobs_benchmark_table_pairs_each_setting_with_the_plain_run(tmp_path):
+    from benchmarks.knobs import table
+
+    lines = []
+    for rnd in (1, 2, 3):
+        truth = (("single", 1, 1, "none", 1000, 0), ("single", 1, 4, "none", 700, 0),
+                 ("ddp", 2, 1, "none", 1600, 1.2e6), ("ddp", 2, 4, "fp16", 1200 + rnd, 6e5))  # fmt: skip
+        for backend, world, acc, comp, sps, sent in truth:
+            lines.append(json.dumps({
+                "task": "mnist", "backend": backend, "world_size": world, "threads_per_process": 1, "round": rnd,
+                "accumulate": acc, "grad_compression": comp, "status": "ok", "samples_per_sec": sps,
+                "written_bytes_per_step": sent, "final_loss": 0.3, "step_time_ms": {"p50": 1, "p90": 2},
+                "peak_rss_mb": 1, "eval_accuracy": 0.9, "eval_count": 500, "steps": 10, "command": "x"}))  # fmt: skip
+    (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    rows = table(tmp_path)
+    assert rows[2].startswith("| ddp | 1 | none | 1600 (1600-1600) | — | 0.3000 | 1,200,000 | 3/3 |")
+    assert "acc4 fp16 is 0.75x plain (95 % CI 0.75-0.75)" in rows[3] and "| 600,000 |" in rows[3]
+    assert len(rows) == 4  # single is the compare reference, not a row of this table

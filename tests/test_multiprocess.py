@@ -11,6 +11,7 @@ import pytest
 from backends import REGISTRY
 from distbench.launch import BIN, TORCHRUN
 from distbench.reporter import read_records
+from tests.conftest import MNIST_STEPS
 from tests.helpers import launch, read_record, run_cmd
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]
@@ -69,20 +70,16 @@ def test_horovod_under_torchrun_is_refused(tmp_path):
     assert proc.returncode != 0 and "--backend horovod was started by torchrun" in proc.stderr
 
 
-STEPS = 25
-
-
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("single")
-    return run_launch(tmp, "single", 1, ["--max-steps", str(STEPS), "--dropout", "0"])
+def reference(mnist_run):
+    return mnist_run("single", 1)
 
 
 @pytest.mark.parametrize("backend", ["ddp", "accelerate", "horovod"])
-def test_backends_follow_the_single_process_optimisation_path(tmp_path, reference, backend):
-    rec = run_launch(tmp_path, backend, 2, ["--max-steps", str(STEPS), "--dropout", "0"])
+def test_backends_follow_the_single_process_optimisation_path(mnist_run, reference, backend):
+    rec = mnist_run(backend, 2)  # also the plain run of test_knobs.py
     ref_losses, losses = reference["loss_history"], rec["loss_history"]
-    assert len(losses) == len(ref_losses) == STEPS
+    assert len(losses) == len(ref_losses) == MNIST_STEPS
     max_diff = max(abs(a - b) for a, b in zip(ref_losses, losses, strict=True))
     rel_checksum = abs(rec["param_checksum"] - reference["param_checksum"]) / abs(reference["param_checksum"])
     print(f"{backend} x2 vs single x1: max per-step loss difference {max_diff:.3e}, "
