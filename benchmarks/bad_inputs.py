@@ -72,8 +72,15 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
         ("--backend horovod under torchrun", ["--backend", "horovod"], torchrun),
         ("--backend single with 2 processes", ["--backend", "single"], torchrun),
         ("--backend ddp under horovodrun", ["--backend", "ddp"], dict(HOROVOD_RANK="0", HOROVOD_SIZE="2")),
+        ("--accumulate that does not split the batch (torchrun, 2 processes)",
+         ["--backend", "ddp", "--batch-size", "64", "--accumulate", "3"],
+         dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x")),
+        ("--grad-compression for the single backend", ["--grad-compression", "fp16"], {}),
+        ("--grad-compression bf16 under horovod", ["--backend", "horovod", "--grad-compression", "bf16"],
+         dict(HOROVOD_RANK="0", HOROVOD_SIZE="1", HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1")),
         ("compare: unknown backend", ["compare", "--backends", "ddp,mpi", "--out", str(tmp / "c")], {}),
-    ]
+        ("compare: no rounds", ["compare", "--repeats", "0", "--out", str(tmp / "c")], {}),
+    ]  # fmt: skip
 
 
 def main() -> None:

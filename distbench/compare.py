@@ -181,20 +181,9 @@ def compare(
     backend_list = _csv(backends, "backends")
     for b in backend_list:
         get_spec(b)  # an unknown name is one line
-    world_sizes = _positive_ints(nprocs, "nprocs")
-    if threads is not None and threads <= 0:
-        raise UserError(f"--threads must be positive, got {threads}")
-    if repeats <= 0:
-        raise UserError(f"--repeats must be positive, got {repeats}")
-    accumulates = _positive_ints(accumulate, "accumulate")
+    world_sizes, accumulates = _positive_ints(nprocs, "nprocs"), _positive_ints(accumulate, "accumulate")
     compressions = _csv(grad_compression, "grad-compression")
-    for c in compressions:
-        if c not in GradCompression.__members__:
-            raise UserError(f"--grad-compression: {c!r} is not one of {', '.join(GradCompression.__members__)}")
-    if data_dir is not None and not data_dir.is_dir():
-        raise UserError(f"--data-dir {data_dir} does not exist")
-    if (out / "results.jsonl").exists():
-        raise UserError(f"{out} already holds a sweep (results.jsonl); choose another --out (nothing is overwritten)")
+    _check(out, threads, repeats, compressions, data_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
     base_args = ["--task", task.value, "--seed", str(seed), "--no-progress"]
@@ -218,12 +207,7 @@ def compare(
     (out / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
     t0 = time.time()
     try:
-        done = 0
-        for round_no, order in enumerate(orders, 1):
-            for position, i in enumerate(order, 1):
-                done += 1
-                progress = f"[{done}/{sweep['runs_planned']}]" + (f" round {round_no}/{repeats}" if repeats > 1 else "")
-                _run_config(out, task.value, base_args, runs[i], round_no, position, progress, run_timeout_s)
+        _run_rounds(out, task.value, base_args, runs, orders, run_timeout_s)
     except KeyboardInterrupt:
         print(f"interrupted: the current run was stopped; records so far are in {out / 'results.jsonl'}",
               file=sys.stderr)  # fmt: skip
@@ -233,6 +217,31 @@ def compare(
     report_md = _write_report(out)
     print(report_md.split("## Environment")[0].rstrip())
     print(f"\nreport: {out / 'report.md'} (plots, summary.csv and results.jsonl beside it)")
+
+
+def _check(out: Path, threads: int | None, repeats: int, compressions: list[str], data_dir: Path | None) -> None:
+    """The sweep's options that no run would catch before it starts: one line each."""
+    if threads is not None and threads <= 0:
+        raise UserError(f"--threads must be positive, got {threads}")
+    if repeats <= 0:
+        raise UserError(f"--repeats must be positive, got {repeats}")
+    for c in compressions:
+        if c not in GradCompression.__members__:
+            raise UserError(f"--grad-compression: {c!r} is not one of {', '.join(GradCompression.__members__)}")
+    if data_dir is not None and not data_dir.is_dir():
+        raise UserError(f"--data-dir {data_dir} does not exist")
+    if (out / "results.jsonl").exists():
+        raise UserError(f"{out} already holds a sweep (results.jsonl); choose another --out (nothing is overwritten)")
+
+
+def _run_rounds(out: Path, task: str, base_args: list[str], runs: list[Planned], orders: list[list[int]],
+                timeout_s: float) -> None:  # fmt: skip
+    total = len(runs) * len(orders)
+    for round_no, order in enumerate(orders, 1):
+        for position, i in enumerate(order, 1):
+            done = (round_no - 1) * len(runs) + position
+            progress = f"[{done}/{total}]" + (f" round {round_no}/{len(orders)}" if len(orders) > 1 else "")
+            _run_config(out, task, base_args, runs[i], round_no, position, progress, timeout_s)
 
 
 def _run_config(out: Path, task: str, base_args: list[str], run: Planned, round_no: int, position: int,

@@ -111,3 +111,25 @@ def test_ctrl_c_stops_the_run_and_keeps_records(tmp_path):
     # nothing of the stopped run is left running
     ps = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
     assert ps.stdout.strip() == ""
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--repeats", "0"], "--repeats must be positive"),
+        (["--nprocs", "1,x"], "--nprocs must be comma-separated integers"),
+        (["--accumulate", "0"], "--accumulate values must be positive"),
+        (["--grad-compression", "none,int8"], "--grad-compression: 'int8' is not one of none, fp16, bf16"),
+        (["--backends", "ddp,nope"], "nope"),
+        (["--threads", "0"], "--threads must be positive"),
+    ],
+    ids=["repeats", "nprocs", "accumulate", "compression", "backend", "threads"],
+)
+def test_bad_sweep_options_are_one_line_and_run_nothing(tmp_path, args, fragment):
+    from tests.test_cli import assert_one_line_error
+
+    out = tmp_path / "cmp"
+    proc = run_cmd([sys.executable, "run.py", "compare", "--out", str(out), *args], timeout=60,
+                   env=child_env(tmp_path), expect_rc=None)  # fmt: skip
+    assert_one_line_error(proc, fragment)
+    assert not (out / "results.jsonl").exists()

@@ -154,3 +154,32 @@ def test_labels_show_the_axes_that_vary_and_speedup_pairs_the_same_accumulation(
     assert report.config_row(ddp_acc4, configs)["speedup"] == pytest.approx(1.8)
     old = [{k: v for k, v in r.items() if k not in ("accumulate", "grad_compression")} for r in records[:1]]
     assert report.config_key(old[0])[-2:] == (1, "none")  # records from before the knobs: their defaults
+
+
+def test_report_baseline_command_writes_the_verdicts(tmp_path):
+    """`run.py report --baseline OLD NEW` end to end, on sweep folders of synthetic records."""
+    import json
+    import sys
+
+    from tests.helpers import child_env, run_cmd
+
+    for name, scale, seed in (("old", 1.0, 1), ("new", 1.3, 2)):
+        folder = tmp_path / name
+        folder.mkdir()
+        records = [{**r, "samples_per_sec": r["samples_per_sec"] * scale}
+                   for r in _sweep(noise=0.02, drift=[1.0] * 5, seed=seed)]  # fmt: skip
+        (folder / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    proc = run_cmd([sys.executable, "run.py", "report", "--baseline", str(tmp_path / "old"), str(tmp_path / "new")],
+                   timeout=120, env=child_env(tmp_path))  # fmt: skip
+    text = (tmp_path / "new" / "report.md").read_text()
+    assert "## Against the baseline sweep" in text and "mnist: ddp x2 (new) is 1.3" in text
+    assert "x ddp x2 (baseline) (95 % CI 1.2" in text and proc.stdout.startswith("# distbench comparison")
+    missing = run_cmd([sys.executable, "run.py", "report", "--baseline", str(tmp_path / "nope"), str(tmp_path / "new")],
+                      timeout=60, env=child_env(tmp_path), expect_rc=2)  # fmt: skip
+    assert "holds no results.jsonl" in missing.stderr
+
+
+def test_report_of_a_sweep_interrupted_before_any_run(tmp_path):
+    (tmp_path / "results.jsonl").write_text("")
+    text = report.write_report([tmp_path], tmp_path)
+    assert text.startswith("# distbench comparison") and (tmp_path / "summary.csv").is_file()
