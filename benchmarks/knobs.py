@@ -29,18 +29,24 @@ ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("ddp", "accelerate", "horovod")
 
 
+SWEEP_FORM = (
+    "python run.py compare --task mnist --backends ddp,accelerate,horovod --nprocs 2 --accumulate 1,4 "
+    "--grad-compression none,fp16 --max-steps STEPS --repeats REPEATS --extra '--dropout 0' --out DIR"
+)
+
+
 def sweep(out: Path, repeats: int, steps: int) -> str:
     cmd = [sys.executable, "run.py", "compare", "--task", "mnist", "--backends", ",".join(BACKENDS), "--nprocs", "2",
            "--accumulate", "1,4", "--grad-compression", "none,fp16", "--max-steps", str(steps), "--repeats",
            str(repeats), "--extra", "--dropout 0", "--out", str(out)]  # fmt: skip
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return "python run.py " + " ".join(cmd[2:-2]) + " --out DIR"
+    return SWEEP_FORM.replace("STEPS", str(steps)).replace("REPEATS", str(repeats))
 
 
 def table(out: Path) -> list[str]:
     records, _ = load([out])
     configs = [c for c in configurations(records) if c.backend in BACKENDS]
-    lines = ["| backend x2 | accumulate | compression | samples/s median (95 % CI) | vs plain (paired) | "
+    lines = ["| backend x2 | accumulate | compression | samples/s median (95 % CI, or min-max) | vs plain (paired) | "
              "final loss | bytes written per step | runs ok |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for c in configs:
         row = config_row(c, configs)
@@ -52,11 +58,18 @@ def table(out: Path) -> list[str]:
             versus = stats.verdict(f"acc{c.accumulate} {c.compression}", "plain", ratio)
         written = c.median("written_bytes_per_step")
         lines.append(
-            f"| {c.backend} | {c.accumulate} | {c.compression} | {row['samples_per_sec']:.0f} "
-            f"({row['samples_per_sec_lo'] or 0:.0f}-{row['samples_per_sec_hi'] or 0:.0f}) | {versus} | "
+            f"| {c.backend} | {c.accumulate} | {c.compression} | {row['samples_per_sec']:.0f} ({_spread(row)}) | "
+            f"{versus} | "
             f"{row['final_loss']:.4f} | {written:,.0f} | {row['runs_ok']}/{row['runs']} |"
         )
     return lines
+
+
+def _spread(row: dict) -> str:
+    """The median's 95 % interval, or with too few rounds for one, the min-max (said so)."""
+    if row.get("samples_per_sec_lo") is not None:
+        return f"{row['samples_per_sec_lo']:.0f}-{row['samples_per_sec_hi']:.0f}"
+    return f"min-max {row['samples_per_sec_min']:.0f}-{row['samples_per_sec_max']:.0f}"
 
 
 def main(
@@ -64,10 +77,13 @@ def main(
     steps: Annotated[int, typer.Option(help="Optimizer steps per run.")] = 100,
     out: Annotated[Path, typer.Option()] = ROOT / "docs" / "knobs.md",
     keep: Annotated[Path | None, typer.Option(help="Keep the sweep folder here (default: a temporary one).")] = None,
+    from_sweep: Annotated[
+        Path | None, typer.Option(help="Write the table from a sweep kept earlier (--keep) instead of running one.")
+    ] = None,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        folder = keep or Path(tmp) / "knobs"
-        command = sweep(folder, repeats, steps)
+        folder = from_sweep or keep or Path(tmp) / "knobs"
+        command = SWEEP_FORM if from_sweep else sweep(folder, repeats, steps)
         lines = table(folder)
     section = [
         MEASURED,

@@ -20,6 +20,7 @@ from distbench import stats
 from distbench.stats import Summary
 
 # what identifies a configuration, with the value a record from before that field existed had
+_COMPRESSIONS = ("none", "fp16", "bf16")  # the order configurations are listed in
 CONFIG_FIELDS = {"task": None, "backend": None, "world_size": None, "threads_per_process": None, "accumulate": 1,
                  "grad_compression": "none"}  # fmt: skip
 
@@ -119,7 +120,9 @@ def configurations(records: list[dict]) -> list[Config]:
     tasks = list(dict.fromkeys(c.task for c in configs.values()))
     order = {name: i for i, name in enumerate(NAMES)}
     out = sorted(configs.values(), key=lambda c: (tasks.index(c.task), order.get(c.backend, len(order)),
-                                                  c.world_size, c.threads, c.accumulate, c.compression))  # fmt: skip
+                                                  c.world_size, c.threads, c.accumulate,
+                                                  _COMPRESSIONS.index(c.compression)
+                                                  if c.compression in _COMPRESSIONS else 99))  # fmt: skip
     for c in out:
         twins = [o for o in out if (o.task, o.backend, o.world_size) == (c.task, c.backend, c.world_size)]
         shown = [text for axis, text in c.axes().items() if len({o.axes()[axis] for o in twins}) > 1]
@@ -193,12 +196,13 @@ def run_rows(records: list[dict], configs: list[Config]) -> list[dict]:
 
 # ---- verdicts and the noise gauge ----------------------------------------------------------------
 def comparisons(configs: list[Config]) -> list[tuple[str, str, Summary | None]]:
-    """(a, b, paired ratio a/b): each pair of configurations at the same world size, then each distributed one
-    against its reference."""
+    """(a, b, paired ratio a/b): each pair of configurations at the same world size and threads per process
+    (a pair that differs in threads measures the threads, not the library), then each distributed one against
+    its reference."""
     out = []
     ok = [c for c in configs if c.ok]
     for a, b in combinations(ok, 2):
-        if a.world_size == b.world_size and a.task == b.task:
+        if (a.task, a.world_size, a.threads) == (b.task, b.world_size, b.threads):
             out.append((b.label, a.label, stats.summarize(stats.paired_ratios(b.by_round(), a.by_round()))))
     for c in ok:
         ref = reference_for(c, configs)

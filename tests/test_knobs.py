@@ -162,7 +162,7 @@ def test_knobs_benchmark_table_pairs_each_setting_with_the_plain_run(tmp_path):
     from benchmarks.knobs import table
 
     lines = []
-    for rnd in (1, 2, 3):
+    for rnd in (1, 2, 3, 4, 5):
         truth = (("single", 1, 1, "none", 1000, 0), ("single", 1, 4, "none", 700, 0),
                  ("ddp", 2, 1, "none", 1600, 1.2e6), ("ddp", 2, 4, "fp16", 1200 + rnd, 6e5))  # fmt: skip
         for backend, world, acc, comp, sps, sent in truth:
@@ -173,6 +173,10 @@ def test_knobs_benchmark_table_pairs_each_setting_with_the_plain_run(tmp_path):
                 "peak_rss_mb": 1, "eval_accuracy": 0.9, "eval_count": 500, "steps": 10, "command": "x"}))  # fmt: skip
     (tmp_path / "results.jsonl").write_text("\n".join(lines) + "\n")
     rows = table(tmp_path)
-    assert rows[2].startswith("| ddp | 1 | none | 1600 (1600-1600) | — | 0.3000 | 1,200,000 | 3/3 |")
+    assert rows[2].startswith("| ddp | 1 | none | 1600 (1600-1600) | — | 0.3000 | 1,200,000 | 5/5 |")
+    (tmp_path / "few").mkdir()
+    (tmp_path / "few" / "results.jsonl").write_text("\n".join(lines[: 3 * 4]) + "\n")  # 3 rounds only
+    few = table(tmp_path / "few")
+    assert "| ddp | 1 | none | 1600 (min-max 1600-1600) |" in few[2] and "too few for an interval" in few[3]
     assert "acc4 fp16 is 0.75x plain (95 % CI 0.75-0.75)" in rows[3] and "| 600,000 |" in rows[3]
     assert len(rows) == 4  # single is the compare reference, not a row of this table

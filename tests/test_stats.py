@@ -11,7 +11,7 @@ def test_bootstrap_interval_of_five_is_their_min_max():
     """Documented property (docs/statistics.md): with 5 values the 95 % interval of the median is min-max."""
     s = stats.summarize([3.0, 1.0, 2.0, 5.0, 4.0])
     assert (s.median, s.lo, s.hi, s.min, s.max, s.n) == (3.0, 1.0, 5.0, 1.0, 5.0, 5)
-    assert stats.summarize([1.0, 2.0]).has_interval is False  # too few for an interval
+    assert stats.summarize([1.0, 2.0, 3.0, 4.0]).has_interval is False  # too few for a 95 % interval
     assert stats.summarize([]) is None
 
 
@@ -105,18 +105,18 @@ def test_report_warns_when_the_machine_is_too_noisy():
     text = report.markdown(_sweep(noise=0.15, drift=[1.0] * 5), [], ".")
     assert "too noisy to resolve differences smaller than about" in text
     one_round = report.markdown(_sweep(noise=0.01, drift=[1.0]), [], ".")
-    assert "fewer than 3 rounds" in one_round and "too few for an interval" in one_round
+    assert "fewer than 5 rounds" in one_round and "too few for an interval" in one_round
 
 
 def test_summary_rows_pair_speedup_and_keep_failures():
-    records = _sweep(noise=0.0, drift=[1.0, 0.5, 2.0])  # a drift of 4x between rounds, no noise
-    records.append(_record("ddp", 2, 1, 4, 0.0, status="failed"))
+    records = _sweep(noise=0.0, drift=[1.0, 0.5, 2.0, 1.5, 0.8])  # a drift of 4x between rounds, no noise
+    records.append(_record("ddp", 2, 1, 6, 0.0, status="failed"))
     configs = report.configurations(records)
     ddp = next(c for c in configs if c.backend == "ddp")
     row = report.config_row(ddp, configs)
     assert row["speedup"] == pytest.approx(1.6) and row["speedup_lo"] == pytest.approx(1.6)  # drift cancelled
     assert row["scaling_efficiency"] == pytest.approx(0.8)
-    assert (row["runs"], row["runs_ok"], row["error"]) == (4, 3, "error: it broke")
+    assert (row["runs"], row["runs_ok"], row["error"]) == (6, 5, "error: it broke")
     assert row["samples_per_sec_min"] == pytest.approx(800.0) and row["samples_per_sec_max"] == pytest.approx(3200.0)
 
 
@@ -183,3 +183,9 @@ def test_report_of_a_sweep_interrupted_before_any_run(tmp_path):
     (tmp_path / "results.jsonl").write_text("")
     text = report.write_report([tmp_path], tmp_path)
     assert text.startswith("# distbench comparison") and (tmp_path / "summary.csv").is_file()
+
+
+def test_an_interval_just_below_1_is_not_printed_as_reaching_it():
+    ratio = stats.Summary(0.82, 0.74, 0.998, 0.74, 0.998, 3)
+    assert stats.verdict("a", "b", ratio) == "a is 0.82x b (95 % CI 0.740-0.998)"
+    assert stats.Summary(1.0, 0.97, 1.04, 0.97, 1.04, 5).interval() == "0.97-1.04"
