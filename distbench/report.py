@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -96,8 +97,9 @@ class Config:
         return stats.summarize([_get(r, metric) for r in self.ok])
 
     def median(self, metric: str):
-        s = self.summary(metric)
-        return s.median if s else None
+        """The median alone (no interval: no bootstrap for the table's secondary columns)."""
+        values = [v for v in (_get(r, metric) for r in self.ok) if v is not None]
+        return statistics.median(values) if values else None
 
 
 def _get(rec: dict, metric: str):

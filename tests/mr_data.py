@@ -33,11 +33,11 @@ def locate() -> tuple[Path | None, str]:
     if explicit:
         folder = mr.find_files(Path(explicit))
         return (folder, f"{ENV}={explicit}") if folder else (None, f"{ENV}={explicit} has no rt-polarity.pos/.neg")
-    if mr.find_files(SHARED):
-        return mr.find_files(SHARED), str(SHARED)
+    if shared := mr.find_files(SHARED):
+        return shared, str(SHARED)
     cached = mr.cache_dir() / "rt-polarity"
-    if mr.find_files(cached):
-        return mr.find_files(cached), f"cache {cached}"
+    if in_cache := mr.find_files(cached):
+        return in_cache, f"cache {cached}"
     try:
         folder = mr.download(cached, mr.download_url())
     except UserError as e:
