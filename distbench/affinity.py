@@ -35,10 +35,20 @@ def pin_process(local_rank: int, local_world_size: int, threads: int) -> list[in
     if threads * local_world_size > len(available) or not 0 <= local_rank < local_world_size:
         return None
     cores = available[local_rank * threads : (local_rank + 1) * threads]
+    pin_threads(cores)
+    return cores
+
+
+def pin_threads(cores: list[int]) -> None:
+    """Every thread of this process, and those it starts from now on, on `cores`."""
     os.sched_setaffinity(0, cores)  # the calling thread first: what it starts from now on inherits this
     for tid in _thread_ids():
         try:
             os.sched_setaffinity(tid, cores)
         except ProcessLookupError:  # the thread ended in between
             pass
-    return cores
+
+
+def current_cores() -> list[int]:
+    """The cores this process may run on now."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))

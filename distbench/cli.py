@@ -21,7 +21,8 @@ from distbench.errors import UserError
 
 LAUNCH_HELP = (
     launch_help()
-    + "\nOther commands: `run.py compare --help` (run the backend x world-size matrix), `run.py report DIR`.\n"
+    + "\nOther commands: `run.py compare --help` (run the backend x world-size matrix; --nodes, --link-rate), "
+    "`run.py simulate --help` (one job as simulated nodes, optionally over a shaped link), `run.py report DIR`.\n"
 )
 
 train_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
@@ -166,7 +167,7 @@ def _record_for_torchrun(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers' threads fight torch's for 2 cores
-    if argv and argv[0] in ("compare", "report"):
+    if argv and argv[0] in ("compare", "report", "simulate"):
         from distbench.compare import compare_app
 
         return _invoke(compare_app, argv, "run.py")

@@ -10,6 +10,7 @@ report of them).
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -27,7 +28,8 @@ from typing import Annotated
 import typer
 
 from backends import NAMES, get_spec, typed_command
-from distbench.config import GradCompression, TaskName, default_threads
+from distbench import link, topology
+from distbench.config import GradCompression, TaskName, available_cpus
 from distbench.errors import UserError
 from distbench.launch import resolve
 
@@ -56,34 +58,54 @@ class Planned:
     """One configuration of a sweep (the fields report.CONFIG_FIELDS names, but the task)."""
 
     backend: str
-    world_size: int
+    world_size: int  # all processes, over all nodes
     threads: int
     accumulate: int = 1
     grad_compression: str = "none"
     baseline: bool = False  # added only as the reference of speed-up and efficiency
+    nodes: int = 1  # simulated nodes of world_size / nodes processes each (distbench/topology.py)
+    link_rate: str = link.UNSHAPED  # the loopback's rate during the run (distbench/link.py)
 
     @property
     def label(self) -> str:
-        return f"{self.backend} x{self.world_size} t{self.threads} acc{self.accumulate} {self.grad_compression}"
+        label = f"{self.backend} x{self.world_size} t{self.threads} acc{self.accumulate} {self.grad_compression}"
+        return (
+            label
+            + (f" {self.nodes}nodes" if self.nodes > 1 else "")
+            + (f" link-{self.link_rate}" if self.link_rate != link.UNSHAPED else "")
+        )
 
     def args(self) -> list[str]:
         return ["--threads", str(self.threads), "--accumulate", str(self.accumulate),
                 "--grad-compression", self.grad_compression]  # fmt: skip
 
+    def launch(self, args: list[str]) -> topology.NodeLaunch:
+        return launch_config(self.backend, self.world_size, self.nodes, args)
+
+
+def launch_config(backend: str, world_size: int, nodes: int, args: list[str]) -> topology.NodeLaunch:
+    """The command(s) that start `run.py --backend BACKEND ARGS` with world_size processes: the backend's usual
+    launcher, as `nodes` simulated nodes when there are several."""
+    if nodes == 1:
+        return topology.NodeLaunch([typed_command(backend, world_size, args)], {})
+    spec = get_spec(backend)
+    return topology.node_launch(spec.launchers[0], spec.program(args), nodes, world_size // nodes)
+
 
 def plan_runs(backends: list[str], nprocs: list[int], threads: int | None, accumulates: tuple[int, ...] = (1,),
-              compressions: tuple[str, ...] = ("none",)) -> list[Planned]:  # fmt: skip
-    """Every backend x world size x accumulate x compression. `single` runs at world size 1 and without
-    compression only; a `single` run is added for every (threads, accumulate) used, as the reference of
-    speed-up and efficiency."""
+              compressions: tuple[str, ...] = ("none",), nodes: tuple[int, ...] = (1,),
+              link_rates: tuple[str, ...] = (link.UNSHAPED,)) -> list[Planned]:  # fmt: skip
+    """Every backend x nodes x processes per node x accumulate x compression x link rate. `single` runs on one
+    node of one process, unshaped and without compression only; a `single` run is added for every (threads,
+    accumulate) used, as the reference of speed-up and efficiency. Threads default to each node's share of the
+    usable CPUs divided among its processes."""
     runs = []
     for backend in backends:
-        for n in nprocs:
-            for k in accumulates:
-                for c in compressions:
-                    if backend == "single" and (n != 1 or c != "none"):
-                        continue
-                    runs.append(Planned(backend, n, threads or default_threads(n), k, c))
+        for k, n, acc, c, rate in itertools.product(nodes, nprocs, accumulates, compressions, link_rates):
+            if backend == "single" and (k * n != 1 or c != "none" or rate != link.UNSHAPED):
+                continue
+            t = threads or max(1, available_cpus() // k // n)
+            runs.append(Planned(backend, k * n, t, acc, c, nodes=k, link_rate=rate))
     have = {(r.threads, r.accumulate) for r in runs if r.backend == "single"}
     wanted = sorted({(r.threads, r.accumulate) for r in runs}, key=lambda tk: (-tk[0], tk[1]))
     baselines = [Planned("single", 1, t, k, baseline=True) for t, k in wanted if (t, k) not in have]
@@ -128,18 +150,45 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_one(cmd: list[str], out_json: Path, timeout_s: float, log_path: Path) -> dict:
-    """Run one launcher command; returns the results record plus sweep fields, or a failure record."""
+PEER_GRACE_S = 30  # after one agent of a multi-node run fails, how long the others get to fail on their own
+
+
+def _wait_all(procs: list[subprocess.Popen], timeout_s: float) -> int:
+    """Wait for every process; the first non-zero exit code, or 0. A process that outlives a failed peer by
+    PEER_GRACE_S (an agent waiting at a rendezvous that will never complete) is stopped."""
+    deadline, failed_at = time.monotonic() + timeout_s, None
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            return next((c for c in codes if c != 0), 0)
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
+            for p in procs:
+                _kill_group(p)
+            continue
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired([p.args for p in procs], timeout_s)
+        time.sleep(0.05)
+
+
+def run_one(cmds: list[list[str]], out_json: Path, timeout_s: float, log_path: Path,
+            env: dict[str, str] | None = None) -> dict:  # fmt: skip
+    """Run one configuration's launcher commands (several: one agent per simulated node) together, with `env`
+    added; returns the results record plus sweep fields, or a failure record."""
     started = time.time()
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True)
+        procs = [subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+                                  env={**os.environ, **(env or {})}) for cmd in cmds]  # fmt: skip
         try:
-            rc = proc.wait(timeout=timeout_s)
+            rc = _wait_all(procs, timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            for p in procs:
+                _kill_group(p)
             return {"status": "failed", "error": f"timed out after {timeout_s:.0f} s\n" + _tail(log_path.read_text())}
         except KeyboardInterrupt:
-            _kill_group(proc)
+            for p in procs:
+                _kill_group(p)
             raise
     elapsed = time.time() - started
     if rc != 0 or not out_json.exists():
@@ -177,13 +226,29 @@ def compare(
         str, typer.Option(help="Comma-separated gradient compressions (none, fp16, bf16), a sweep axis.")
     ] = "none",
     order_seed: Annotated[int, typer.Option(help="Seed of the shuffled order of each round (recorded).")] = 0,
+    nodes: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated simulated node counts, a sweep axis: each node runs --nprocs processes on "
+            "its own share of the cores, started with the launcher's multi-node form."
+        ),
+    ] = "1",
+    link_rate: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated link rates (e.g. none,1gbit,100mbit), a sweep axis: the sweep runs in a "
+            "private network namespace whose loopback is shaped with tc (needs root or user namespaces)."
+        ),
+    ] = link.UNSHAPED,
 ) -> None:
     backend_list = _csv(backends, "backends")
     for b in backend_list:
         get_spec(b)  # an unknown name is one line
     world_sizes, accumulates = _positive_ints(nprocs, "nprocs"), _positive_ints(accumulate, "accumulate")
+    node_counts, rates = _positive_ints(nodes, "nodes"), _csv(link_rate, "link-rate")
     compressions = _csv(grad_compression, "grad-compression")
     _check(out, threads, repeats, compressions, data_dir)
+    _check_topology(backend_list, node_counts, rates)
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
     base_args = ["--task", task.value, "--seed", str(seed), "--no-progress"]
@@ -193,7 +258,8 @@ def compare(
             base_args += [flag, str(value)]
     base_args += shlex.split(extra)
 
-    runs = plan_runs(backend_list, world_sizes, threads, tuple(accumulates), tuple(compressions))
+    runs = plan_runs(backend_list, world_sizes, threads, tuple(accumulates), tuple(compressions), tuple(node_counts),
+                     tuple(rates))  # fmt: skip
     orders = round_orders(len(runs), repeats, order_seed)
     sweep = {
         "command": "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -234,6 +300,20 @@ def _check(out: Path, threads: int | None, repeats: int, compressions: list[str]
         raise UserError(f"{out} already holds a sweep (results.jsonl); choose another --out (nothing is overwritten)")
 
 
+def _check_topology(backends: list[str], node_counts: list[int], rates: list[str]) -> None:
+    """Nodes and link rates that cannot run here: one line, before any run (and before any namespace)."""
+    for k in node_counts:
+        if k > 1:
+            topology.SimulatedNodes.split(k)  # a core per node
+            for b in backends:
+                if b != "single":
+                    topology.hosts(get_spec(b).launchers[0], k)
+    for rate in rates:
+        link.parse_rate(rate)
+    if any(link.parse_rate(rate) is not None for rate in rates):
+        link.enter_private_namespace()  # re-runs this command there; returns once inside
+
+
 def _run_rounds(out: Path, task: str, base_args: list[str], runs: list[Planned], orders: list[list[int]],
                 timeout_s: float) -> None:  # fmt: skip
     total = len(runs) * len(orders)
@@ -250,13 +330,17 @@ def _run_config(out: Path, task: str, base_args: list[str], run: Planned, round_
     name = f"{task}-{run.label.replace(' ', '-')}-r{round_no}"
     out_json = out / "runs" / f"{name}.json"
     out_json.unlink(missing_ok=True)
-    cmd = typed_command(run.backend, run.world_size, [*base_args, *run.args(), "--output", str(out_json), "--force"])
+    started = run.launch([*base_args, *run.args(), "--output", str(out_json), "--force"])
     label = f"{progress} {run.label}"
     print(f"{label}: running", file=sys.stderr, flush=True)
-    record = run_one(resolve(cmd), out_json, timeout_s, out / "runs" / f"{name}.log")
+    if link.inside():
+        link.shape(run.link_rate)
+    env = {**started.env, **link.run_env(run.link_rate)}
+    record = run_one([resolve(c) for c in started.commands], out_json, timeout_s, out / "runs" / f"{name}.log", env)
     record.update(backend=run.backend, world_size=run.world_size, task=task, threads_per_process=run.threads,
                   accumulate=run.accumulate, grad_compression=run.grad_compression, baseline=run.baseline,
-                  round=round_no, order=position, command=" ".join(shlex.quote(c) for c in cmd))  # fmt: skip
+                  nodes=run.nodes, link_rate=run.link_rate, round=round_no, order=position,
+                  command=started.shell())  # fmt: skip
     with open(out / "results.jsonl", "a", encoding="utf-8") as f:
         f.write(json.dumps(record, sort_keys=True) + "\n")
     if record["status"] == "ok":
@@ -270,6 +354,46 @@ def _write_report(out: Path) -> str:
     from distbench.report import write_report
 
     return write_report([out], out)
+
+
+@compare_app.command(
+    help="Run one training job as simulated nodes, each on its own cores, optionally over a shaped link; the "
+    "options after -- are run.py's training options (--output says where the record goes).",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def simulate(
+    ctx: typer.Context,
+    backend: Annotated[str, typer.Option(help="ddp, accelerate or horovod.")],
+    nodes: Annotated[int, typer.Option(help="Simulated nodes, each on its own share of the cores.")] = 2,
+    nprocs: Annotated[int, typer.Option(help="Processes per node.")] = 1,
+    link_rate: Annotated[str, typer.Option(help="Rate of the shaped loopback, e.g. 1gbit or 100mbit.")] = link.UNSHAPED,
+    run_timeout_s: Annotated[int, typer.Option(help="Stop the job after this long.")] = 3600,
+) -> None:
+    if get_spec(backend).launchers[0].name == "python":
+        raise UserError(f"--backend {backend} runs one process; simulate a distributed backend")
+    if nodes <= 0 or nprocs <= 0:
+        raise UserError("--nodes and --nprocs must be positive")
+    train_args = [a for a in ctx.args if a != "--"]
+    if "--backend" in train_args:
+        raise UserError("give --backend before --, as simulate's own option")
+    _check_topology([backend], [nodes], [link_rate])
+    if link.inside():
+        link.shape(link_rate)
+    started = launch_config(backend, nodes * nprocs, nodes, train_args)
+    print(f"running: {started.shell()}", file=sys.stderr, flush=True)
+    env = {**os.environ, **started.env, **link.run_env(link_rate)}
+    procs = [subprocess.Popen(resolve(cmd), env=env, start_new_session=True) for cmd in started.commands]
+    try:
+        rc = _wait_all(procs, run_timeout_s)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            _kill_group(p)
+        raise UserError(f"the job ran past --run-timeout-s {run_timeout_s} and was stopped") from None
+    except KeyboardInterrupt:
+        for p in procs:
+            _kill_group(p)
+        raise
+    raise typer.Exit(rc)
 
 
 @compare_app.command(help="Rebuild the report (summary.csv, report.md, plots) from compare folders.")

@@ -42,6 +42,8 @@ class LaunchEnv:
     world_size: int = 1
     local_world_size: int = 1
     restart_count: int = 0  # torchrun's agent: how often it had restarted the worker group before this one
+    node_rank: int = 0  # which node (machine, or simulated node) this process runs on
+    nodes: int = 1  # how many nodes the job spans
 
     @property
     def is_main(self) -> bool:
@@ -78,14 +80,18 @@ class Launcher:
     def detects(self, env: Mapping[str, str]) -> bool:
         raise NotImplementedError
 
-    # the variables that hold rank, local rank, world size, local world size and restarts: torch's (torchrun,
-    # accelerate launch, and by hand) unless a launcher says otherwise
-    variables = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT")
+    # the variables that hold rank, local rank, world size, local world size, restarts, node rank and node
+    # count: torch's (torchrun's agent, also under accelerate launch) unless a launcher says otherwise
+    variables = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK",
+                 "GROUP_WORLD_SIZE")  # fmt: skip
 
     def read(self, env: Mapping[str, str]) -> LaunchEnv:
-        rank, local_rank, size, local_size, restarts = (env.get(v) for v in self.variables)
-        return LaunchEnv(self.name, int(rank or 0), int(local_rank or 0), int(size or 1), int(local_size or 1),
-                         int(restarts or 0))  # fmt: skip
+        rank, local_rank, size, local_size, restarts, node, nodes = (env.get(v) for v in self.variables)
+        rank, size, local_size = int(rank or 0), int(size or 1), int(local_size or 1)
+        # where the launcher does not say (by hand): nodes of local_size processes each, filled in rank order
+        node = int(node) if node else rank // local_size
+        nodes = int(nodes) if nodes else max(1, size // local_size)
+        return LaunchEnv(self.name, rank, int(local_rank or 0), size, local_size, int(restarts or 0), node, nodes)
 
     def commands(self, program: Program, nprocs: int | str, hosts: list[str] | None = None,
                  port: int | str | None = None) -> list[list[str]]:  # fmt: skip
@@ -95,7 +101,7 @@ class Launcher:
 class Python(Launcher):
     name = "python"
 
-    variables = ("", "", "", "", "")  # none: one process
+    variables = ("",) * 7  # none: one process
 
     def detects(self, env):
         return True  # what is left when no launcher's variables are there
@@ -153,7 +159,9 @@ class Horovodrun(Launcher):
     def detects(self, env):
         return "HOROVOD_RANK" in env or "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env
 
-    variables = ("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE", "")  # no restarts
+    # Horovod: a node is a "cross" group; no restarts
+    variables = ("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE", "", "HOROVOD_CROSS_RANK",
+                 "HOROVOD_CROSS_SIZE")  # fmt: skip
 
     def commands(self, program, nprocs, hosts=None, port=None):
         # Horovod: one horovodrun for every node; it starts the remote ones (ssh, or directly for a host

@@ -20,7 +20,7 @@ import torch
 
 from backends import get_spec
 from backends.base import Backend, ReduceOp
-from distbench import checkpoint, launch, rng
+from distbench import checkpoint, launch, rng, topology
 from distbench.affinity import pin_process
 from distbench.config import RunConfig, check_output_writable, default_threads, validate
 from distbench.errors import UserError
@@ -236,11 +236,25 @@ class Trainer:
         return timer, evals
 
 
+def place(backend: Backend, threads: int, pin_cores: bool, node_cores: tuple[int, ...] | None) -> list[int] | None:
+    """The cores this process computes on, set after the backend's setup so that the communication threads the
+    library started there are placed too: a simulated node's share, and within it (several processes per node,
+    CPU) this process's own block. None: not pinned."""
+    cores = None
+    if node_cores is not None:
+        topology.confine(backend.launch)  # again: onto the node's cores, the library's threads with the rest
+        cores = list(node_cores)
+    if pin_cores and backend.device.type == "cpu":
+        cores = pin_process(backend.local_rank, backend.launch.local_world_size, threads) or cores
+    return cores
+
+
 def run(cfg: RunConfig) -> dict:
     """Check, set up the backend, train, write the record on the main process, tear down."""
     launch_env = launch.current()  # before the backend's setup, which may write launch variables
     spec = get_spec(cfg.backend)
     spec.check_launch(launch_env)
+    node_cores = topology.confine(launch_env)  # a simulated node: its share of the cores, before any thread starts
     cfg = with_defaults(cfg)
     validate(cfg, launch_env.world_size)
     check_output_writable(cfg.output, launch_env.is_main)
@@ -257,9 +271,7 @@ def run(cfg: RunConfig) -> dict:
                           grad_compression=cfg.grad_compression)  # fmt: skip
     backend.setup()
     torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
-    # after setup, so that the libraries' communication threads started there are pinned too
-    if cfg.pin_cores and backend.device.type == "cpu":
-        facts.cores = pin_process(backend.local_rank, launch_env.local_world_size, threads)
+    facts.cores = place(backend, threads, cfg.pin_cores, node_cores)
     # No teardown when training fails: destroying a process group whose peer died can block, and a
     # blocked worker keeps torchrun from restarting the group. Process exit releases everything.
     reporter = Reporter(backend.is_main, cfg.progress)

@@ -17,6 +17,8 @@ import torch
 
 import distbench
 from backends.base import Backend, ReduceOp
+from distbench import link, topology
+from distbench.affinity import current_cores
 from distbench.config import available_cpus
 
 if TYPE_CHECKING:
@@ -74,6 +76,16 @@ def written_per_step(backend: Backend, timer: StepTimer) -> float | None:
     return None if mean != mean else mean  # NaN: some rank could not count
 
 
+def placement(backend: Backend) -> list[tuple[int, list[int]]]:
+    """Every rank's node and the cores it may run on now, in rank order (a collective)."""
+    n = os.cpu_count() or 1
+    mine = torch.zeros(1 + n, dtype=torch.int64)
+    mine[0] = backend.launch.node_rank
+    mine[1 + torch.tensor(current_cores(), dtype=torch.long)] = 1
+    rows = backend.all_gather(mine.to(backend.device)).cpu()
+    return [(int(row[0]), torch.nonzero(row[1:]).flatten().tolist()) for row in rows]
+
+
 def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[dict]) -> dict:
     backend, cfg, parts = trainer.backend, trainer.cfg, trainer.parts
     loss_history = trainer.loss_history()
@@ -112,6 +124,8 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "param_checksum": checksum,
         "dataset": parts.dataset_info,
         "environment": environment(backend, cfg.threads, facts.cores),
+        "topology": topology.describe(backend.launch, placement(backend)),
+        "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (distbench/link.py); None: unshaped
         "launcher": backend.launch.launcher,
         # torchrun: how often this machine's agent had restarted the worker group when this run began
         "launcher_restarts": backend.launch.restart_count,

@@ -23,11 +23,11 @@ from distbench.stats import Summary
 # what identifies a configuration, with the value a record from before that field existed had
 _COMPRESSIONS = ("none", "fp16", "bf16")  # the order configurations are listed in
 CONFIG_FIELDS = {"task": None, "backend": None, "world_size": None, "threads_per_process": None, "accumulate": 1,
-                 "grad_compression": "none"}  # fmt: skip
+                 "grad_compression": "none", "nodes": 1, "link_rate": "none"}  # fmt: skip
 
 COLUMNS = [
-    "task", "backend", "world_size", "threads_per_process", "accumulate", "grad_compression", "label", "runs",
-    "runs_ok",
+    "task", "backend", "world_size", "threads_per_process", "accumulate", "grad_compression", "nodes", "link_rate",
+    "label", "runs", "runs_ok",
     "samples_per_sec", "samples_per_sec_lo", "samples_per_sec_hi", "samples_per_sec_min", "samples_per_sec_max",
     "speedup", "speedup_lo", "speedup_hi", "scaling_efficiency", "scaling_efficiency_lo", "scaling_efficiency_hi",
     "step_p50_ms", "step_p90_ms", "data_ms", "forward_backward_ms", "optimizer_ms", "startup_s",
@@ -37,7 +37,7 @@ COLUMNS = [
 
 RUN_COLUMNS = [
     "round", "order", "task", "backend", "world_size", "threads_per_process", "accumulate", "grad_compression",
-    "status", "samples_per_sec",
+    "nodes", "link_rate", "status", "samples_per_sec",
     "speedup", "step_p50_ms", "step_p90_ms", "peak_rss_mb", "final_loss", "eval_accuracy", "eval_count",
     "launch_to_first_step_s", "steps", "error", "command",
 ]  # fmt: skip
@@ -75,16 +75,26 @@ class Config:
     threads: int
     accumulate: int = 1
     compression: str = "none"
+    nodes: int = 1  # simulated nodes (distbench/topology.py)
+    link_rate: str = "none"  # the shaped loopback's rate (distbench/link.py)
     runs: list[dict] = field(default_factory=list)
     label: str = ""
 
     @property
     def key(self) -> tuple:
-        return (self.task, self.backend, self.world_size, self.threads, self.accumulate, self.compression)
+        return (self.task, self.backend, self.world_size, self.threads, self.accumulate, self.compression, self.nodes,
+                self.link_rate)  # fmt: skip
+
+    @property
+    def setting(self) -> tuple:
+        """What a verdict holds equal between two backends: the work, the threads, the topology, the link."""
+        return (self.task, self.world_size, self.threads, self.nodes, self.link_rate)
 
     def axes(self) -> dict[str, str]:
         """The parts of the label beyond backend and world size, each shown only where it varies."""
-        return {"threads": f"t{self.threads}", "accumulate": f"acc{self.accumulate}", "compression": self.compression}
+        return {"threads": f"t{self.threads}", "accumulate": f"acc{self.accumulate}", "compression": self.compression,
+                "nodes": f"{self.nodes} node{'s' if self.nodes > 1 else ''}",
+                "link": "unshaped" if self.link_rate == "none" else f"@{self.link_rate}"}  # fmt: skip
 
     @property
     def ok(self) -> list[dict]:
@@ -122,9 +132,10 @@ def configurations(records: list[dict]) -> list[Config]:
     tasks = list(dict.fromkeys(c.task for c in configs.values()))
     order = {name: i for i, name in enumerate(NAMES)}
     out = sorted(configs.values(), key=lambda c: (tasks.index(c.task), order.get(c.backend, len(order)),
-                                                  c.world_size, c.threads, c.accumulate,
+                                                  c.world_size, c.nodes, c.threads, c.accumulate,
                                                   _COMPRESSIONS.index(c.compression)
-                                                  if c.compression in _COMPRESSIONS else 99))  # fmt: skip
+                                                  if c.compression in _COMPRESSIONS else 99,
+                                                  _rate_order(c.link_rate)))  # fmt: skip
     for c in out:
         twins = [o for o in out if (o.task, o.backend, o.world_size) == (c.task, c.backend, c.world_size)]
         shown = [text for axis, text in c.axes().items() if len({o.axes()[axis] for o in twins}) > 1]
@@ -132,10 +143,22 @@ def configurations(records: list[dict]) -> list[Config]:
     return out
 
 
+def _rate_order(rate: str) -> float:
+    """Unshaped first, then the fastest link to the slowest."""
+    from distbench.link import parse_rate
+
+    try:
+        bits = parse_rate(rate)
+    except Exception:  # noqa: BLE001 - a record from elsewhere with a rate this version cannot read: last
+        return 0.0
+    return -(bits or float("inf"))
+
+
 def reference_for(cfg: Config, configs: list[Config]) -> Config | None:
-    """`single` at world size 1, same task, threads per process and accumulation: the reference of speed-up."""
+    """`single` at world size 1 (one node, unshaped: it exchanges nothing), same task, threads per process and
+    accumulation: the reference of speed-up."""
     for c in configs:
-        if c.key == (cfg.task, "single", 1, cfg.threads, cfg.accumulate, "none") and c.ok:
+        if c.key == (cfg.task, "single", 1, cfg.threads, cfg.accumulate, "none", 1, "none") and c.ok:
             return c
     return None
 
@@ -159,7 +182,8 @@ def config_row(cfg: Config, configs: list[Config]) -> dict:
     """One configuration's medians (and intervals) as a flat row: the CSV's and the table's."""
     row = {"task": cfg.task, "backend": cfg.backend, "world_size": cfg.world_size,
            "threads_per_process": cfg.threads, "accumulate": cfg.accumulate, "grad_compression": cfg.compression,
-           "label": cfg.label, "runs": len(cfg.runs), "runs_ok": len(cfg.ok),
+           "nodes": cfg.nodes, "link_rate": cfg.link_rate, "label": cfg.label, "runs": len(cfg.runs),
+           "runs_ok": len(cfg.ok),
            "command": cfg.runs[0].get("command")}  # fmt: skip
     failed = [r for r in cfg.runs if r["status"] != "ok"]
     row["error"] = (failed[-1].get("error") or "").splitlines()[-1] if failed and failed[-1].get("error") else ""
@@ -198,13 +222,13 @@ def run_rows(records: list[dict], configs: list[Config]) -> list[dict]:
 
 # ---- verdicts and the noise gauge ----------------------------------------------------------------
 def comparisons(configs: list[Config]) -> list[tuple[str, str, Summary | None]]:
-    """(a, b, paired ratio a/b): each pair of configurations at the same world size and threads per process
-    (a pair that differs in threads measures the threads, not the library), then each distributed one against
-    its reference."""
+    """(a, b, paired ratio a/b): each pair of configurations at the same world size, threads per process, nodes
+    and link (a pair that differs in threads measures the threads, not the library), then each distributed one
+    against its reference."""
     out = []
     ok = [c for c in configs if c.ok]
     for a, b in combinations(ok, 2):
-        if (a.task, a.world_size, a.threads) == (b.task, b.world_size, b.threads):
+        if a.setting == b.setting:
             out.append((b.label, a.label, stats.summarize(stats.paired_ratios(b.by_round(), a.by_round()))))
     for c in ok:
         ref = reference_for(c, configs)
@@ -334,7 +358,8 @@ def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: s
         "(efficiency = speed-up / world size). A verdict calls a difference real only when its interval excludes 1. "
         "samples/s: steady-state global samples per second. Start-up: from the launcher's start to the first "
         "training step. Peak RSS: the largest process. Labels: `backend xWORLD`, then `tTHREADS`, `accK` "
-        "(micro-batches per step) and the gradient compression where they vary.",
+        "(micro-batches per step), the gradient compression, `K nodes` (simulated nodes, each on its own cores) and "
+        "`@RATE` (the shaped link, `unshaped` without one) where they vary.",
         "",
     ]
     lines += _environment_lines(records)
@@ -356,7 +381,16 @@ def _environment_lines(records: list[dict]) -> list[str]:
         for k in ("torch", "accelerate", "horovod", "transformers", "python", "platform", "cpu_count", "device")
     ]
     threads = sorted({r["threads_per_process"] for r in records})
-    return lines + [f"- threads per process: {', '.join(map(str, threads))} (intra-op, set per run)", ""]
+    lines.append(f"- threads per process: {', '.join(map(str, threads))} (intra-op, set per run)")
+    rates = sorted({r.get("link_rate") or "none" for r in records}, key=_rate_order)
+    if rates != ["none"]:
+        lines.append(f"- link: {', '.join(rates)} (loopback of a private network namespace shaped with tc tbf, one "
+                     "bucket for all traffic; distbench/link.py)")  # fmt: skip
+    nodes = sorted({r.get("nodes", 1) for r in records})
+    if nodes != [1]:
+        lines.append(f"- simulated nodes: {', '.join(map(str, nodes))} (each on its own share of the cores; "
+                     "distbench/topology.py)")  # fmt: skip
+    return lines + [""]
 
 
 # ---- plots ---------------------------------------------------------------------------------------
@@ -388,6 +422,7 @@ def plot_series(configs: list[Config], task: str, metric: str) -> dict[str, list
         label += (f", acc{c.accumulate}" if c.accumulate != 1 else "") + (
             f", {c.compression}" if c.compression != "none" else ""
         )
+        label += (f", {c.nodes} nodes" if c.nodes > 1 else "") + (f", @{c.link_rate}" if c.link_rate != "none" else "")
         series.setdefault(label, []).append((c.world_size, s))
     return series
 

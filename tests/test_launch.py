@@ -18,15 +18,20 @@ TORCH_VARS = dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2"
     "env,expected",
     [
         ({}, LaunchEnv("python")),
-        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_RESTART_COUNT": "2"},
-         LaunchEnv("torchrun", 1, 1, 4, 2, restart_count=2)),
-        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "ACCELERATE_MIXED_PRECISION": "no"},
-         LaunchEnv("accelerate launch", 1, 1, 4, 2)),
-        (dict(HOROVOD_RANK="3", HOROVOD_SIZE="4", HOROVOD_LOCAL_RANK="1", HOROVOD_LOCAL_SIZE="2"),
-         LaunchEnv("horovodrun", 3, 1, 4, 2)),
-        (TORCH_VARS, LaunchEnv("env (RANK/WORLD_SIZE)", 1, 1, 4, 2)),
+        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_RESTART_COUNT": "2", "GROUP_RANK": "1",
+          "GROUP_WORLD_SIZE": "2"},
+         LaunchEnv("torchrun", 1, 1, 4, 2, restart_count=2, node_rank=1, nodes=2)),
+        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "ACCELERATE_MIXED_PRECISION": "no", "GROUP_RANK": "0",
+          "GROUP_WORLD_SIZE": "2"},
+         LaunchEnv("accelerate launch", 1, 1, 4, 2, node_rank=0, nodes=2)),
+        (dict(HOROVOD_RANK="3", HOROVOD_SIZE="4", HOROVOD_LOCAL_RANK="1", HOROVOD_LOCAL_SIZE="2",
+              HOROVOD_CROSS_RANK="1", HOROVOD_CROSS_SIZE="2"),
+         LaunchEnv("horovodrun", 3, 1, 4, 2, node_rank=1, nodes=2)),
+        # by hand: nodes of LOCAL_WORLD_SIZE processes filled in rank order
+        (TORCH_VARS, LaunchEnv("env (RANK/WORLD_SIZE)", 1, 1, 4, 2, node_rank=0, nodes=2)),
+        ({**TORCH_VARS, "RANK": "3"}, LaunchEnv("env (RANK/WORLD_SIZE)", 3, 1, 4, 2, node_rank=1, nodes=2)),
     ],
-    ids=["python", "torchrun", "accelerate", "horovodrun", "by-hand"],
+    ids=["python", "torchrun", "accelerate", "horovodrun", "by-hand", "by-hand-node-1"],
 )  # fmt: skip
 def test_each_launcher_recognises_its_environment(env, expected):
     assert LaunchEnv.read(env) == expected

@@ -1,0 +1,129 @@
+"""A shaped interconnect on one host: runs inside a private network namespace whose loopback is rate-limited.
+
+`compare --link-rate` and `simulate --link-rate` re-run their own command under `unshare -n` (root) or
+`unshare -rn` (an unprivileged user namespace, where the kernel allows one): a new network namespace that has
+nothing but its own loopback and ends with the command. There, before each run, loopback gets a token bucket
+(`tc qdisc replace dev lo root tbf rate RATE ...`), so every byte between ranks (gloo's all-reduces, the
+rendezvous, Horovod's negotiation) crosses a link of that rate; `none` removes it. The host's own interfaces
+are never touched: every tc call first checks that this process is in a namespace other than the one the
+command was started in.
+
+What the shaped loopback is, and is not: one token bucket for all traffic, both directions and every pair of
+ranks together, like one shared link of RATE (a full-duplex link of RATE would carry RATE each way). The same
+rate applies within a node and between nodes. `netem` (added delay) does not exist on every kernel (not on the
+one this was built on), so latency is not simulated; tbf's queue adds at most `latency` when the link is full.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from distbench.errors import UserError
+
+RATE_ENV = "DISTBENCH_LINK_RATE"  # the rate of the link a run's traffic crosses, as given (the record's link_rate)
+OUTER_NETNS_ENV = "DISTBENCH_OUTER_NETNS"  # the namespace the command was started in: never shaped
+UNSHAPED = "none"
+_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}  # tc's units: bits per second ("mbps" would be bytes)
+MIN_BITS = 1e6  # below 1 Mbit/s one BERT step would take minutes: refused as a likely typo
+LATENCY_MS = 100  # how long a packet may wait in the bucket's queue before tbf drops it
+_LO_MTU = 65536  # a bucket smaller than loopback's MTU could never send a full packet
+
+
+def parse_rate(text: str) -> float | None:
+    """Bits per second of a rate as tc writes it ("100mbit", "1gbit", "2.5gbit"); None for "none"."""
+    text = text.strip().lower()
+    if text == UNSHAPED:
+        return None
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", text)
+    if not m:
+        raise UserError(f"--link-rate {text!r} is not a rate: give bits per second as tc writes them, e.g. 10gbit, "
+                        f"1gbit or 100mbit (or {UNSHAPED})")  # fmt: skip
+    bits = float(m[1]) * _UNITS[m[2]]
+    if bits < MIN_BITS:
+        raise UserError(f"--link-rate {text}: below 1mbit a step takes minutes; give at least 1mbit")
+    return bits
+
+
+def tbf_args(bits: float) -> list[str]:
+    """tc's token-bucket arguments for `bits` per second: a bucket of 10 ms of traffic, at least two MTUs."""
+    burst = max(2 * _LO_MTU, int(bits / 8 / 100))
+    return ["tbf", "rate", f"{int(bits)}bit", "burst", str(burst), "latency", f"{LATENCY_MS}ms"]
+
+
+def netns() -> str:
+    return os.readlink("/proc/self/ns/net")
+
+
+def inside() -> bool:
+    """Whether this process runs in the private namespace a `--link-rate` command made for itself."""
+    outer = os.environ.get(OUTER_NETNS_ENV)
+    return bool(outer) and outer != netns()
+
+
+def _unshare_flags() -> list[str]:
+    """`unshare` flags that give a private network namespace here: -n as root, -rn through a user namespace."""
+    for tool in ("unshare", "tc", "ip"):
+        if shutil.which(tool) is None:
+            raise UserError(f"--link-rate needs `{tool}` (util-linux, iproute2), which is not installed here")
+    reasons = []
+    for flags in (["-n"], ["-rn"]):
+        proc = subprocess.run(["unshare", *flags, "true"], capture_output=True, text=True)
+        if proc.returncode == 0:
+            return flags
+        reasons.append(f"unshare {' '.join(flags)}: {' '.join(proc.stderr.split()) or proc.returncode}")
+    raise UserError("--link-rate needs a private network namespace, and neither `unshare -n` (root) nor "
+                    f"`unshare -rn` (user namespaces) works here ({'; '.join(reasons)})")  # fmt: skip
+
+
+def _this_command() -> list[str]:
+    """The interpreter and arguments of this process as started (`python run.py ...`, `python -m pkg.mod ...`)."""
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    if spec is not None and spec.name != "__main__":
+        return [sys.executable, "-m", spec.name.removesuffix(".__main__"), *sys.argv[1:]]
+    return [sys.executable, *sys.argv]
+
+
+def enter_private_namespace() -> None:
+    """Re-run this process's command in a new network namespace, unless it already runs in one; does not return
+    when it re-runs it."""
+    if inside():
+        return
+    flags = _unshare_flags()
+    env = {**os.environ, OUTER_NETNS_ENV: netns()}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execvpe("unshare", ["unshare", *flags, "--", *_this_command()], env)
+
+
+def _tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    if not inside():  # the one guard in front of every change: never the host's interfaces
+        raise RuntimeError("refusing to change a network interface outside distbench's private namespace")
+    proc = subprocess.run(args, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise UserError(f"{' '.join(args)} failed: {' '.join(proc.stderr.split())}")
+    return proc
+
+
+def shape(rate: str) -> None:
+    """Loopback of this private namespace at `rate` ("none": as fast as it goes), up."""
+    bits = parse_rate(rate)
+    _tc("ip", "link", "set", "lo", "up")
+    if bits is None:
+        if "tbf" in _tc("tc", "qdisc", "show", "dev", "lo").stdout:
+            _tc("tc", "qdisc", "del", "dev", "lo", "root")
+        return
+    _tc("tc", "qdisc", "replace", "dev", "lo", "root", *tbf_args(bits))
+
+
+def run_env(rate: str) -> dict[str, str]:
+    """The variables of a run on a link of `rate`: the record reads the rate from them."""
+    return {RATE_ENV: rate} if parse_rate(rate) is not None else {}
+
+
+def recorded(env=os.environ) -> str | None:
+    """The link rate of this run for the record: None when its traffic crossed an unshaped loopback."""
+    return env.get(RATE_ENV) or None

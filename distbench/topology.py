@@ -1,0 +1,132 @@
+"""Simulated nodes: K nodes of P processes on one machine, each node on a share of the cores of its own.
+
+A multi-node job on one host is started with each library's real multi-node launcher form: K torchrun agents
+meeting at a c10d rendezvous, K `accelerate launch` with --num_machines/--machine_rank, one horovodrun with K
+host names that resolve to this machine (Horovod runs a host whose address is local without ssh). What makes
+it a stand-in for K machines is the cores: without a share each, every simulated node believes it has the whole
+machine (threads per process = all cores / its local processes) and the nodes' threads fight for the same cores
+(measured here, MNIST x2 on 2 cores: 2,027 samples/s for two torchrun agents, 184 for horovodrun, against about
+3,000 for one node of two pinned processes).
+
+The cores of every node travel in one variable, DISTBENCH_NODE_CORES ("0/1": node 0 has core 0, node 1 core 1;
+nodes separated by "/"), and each process confines itself to its node's share before it starts its threads
+(`confine`). That works for every launcher: horovodrun starts all nodes' processes from one driver, so they
+cannot inherit a per-node affinity mask. The agents of torchrun and accelerate launch are also started under
+`taskset`, so that the launcher itself runs on its node's share. Threads per process then follow from the share
+(config.default_threads), and several processes of one node pin within it (distbench/affinity.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distbench.affinity import pin_threads
+from distbench.errors import UserError
+from distbench.launch import HOROVODRUN, LOOPBACK, LaunchEnv, Launcher, free_port
+
+NODE_CORES_ENV = "DISTBENCH_NODE_CORES"
+# Horovod: host names that horovodrun runs without ssh because their address is this machine's; in a private
+# network namespace (a shaped link) loopback is the only interface, so these two are all there are.
+HOROVOD_LOCAL_HOSTS = ("localhost", LOOPBACK)
+
+
+@dataclass(frozen=True)
+class SimulatedNodes:
+    """The cores of each simulated node: disjoint, equal shares of the cores this process may use."""
+
+    node_cores: tuple[tuple[int, ...], ...]
+
+    @classmethod
+    def split(cls, nodes: int, available: list[int] | None = None) -> SimulatedNodes:
+        cores = sorted(available if available is not None else os.sched_getaffinity(0))
+        if nodes <= 0:
+            raise UserError(f"--nodes must be positive, got {nodes}")
+        if nodes > len(cores):
+            raise UserError(f"--nodes {nodes}: each simulated node needs a core of its own, and this process may "
+                            f"use {len(cores)}")  # fmt: skip
+        share = len(cores) // nodes
+        return cls(tuple(tuple(cores[i * share : (i + 1) * share]) for i in range(nodes)))
+
+    @property
+    def nodes(self) -> int:
+        return len(self.node_cores)
+
+    def env_value(self) -> str:
+        return "/".join(",".join(map(str, cores)) for cores in self.node_cores)
+
+    @classmethod
+    def parse(cls, value: str) -> SimulatedNodes:
+        try:
+            node_cores = tuple(tuple(int(c) for c in node.split(",")) for node in value.split("/"))
+        except ValueError as e:
+            raise UserError(f"{NODE_CORES_ENV}={value!r}: expected core lists per node such as 0,1/2,3") from e
+        return cls(node_cores)
+
+
+def confine(launch: LaunchEnv, env: Mapping[str, str] = os.environ) -> tuple[int, ...] | None:
+    """Run this process, every thread of it, on its simulated node's cores; None when the job is not simulated."""
+    value = env.get(NODE_CORES_ENV)
+    if not value:
+        return None
+    sim = SimulatedNodes.parse(value)
+    if sim.nodes != launch.nodes or not 0 <= launch.node_rank < sim.nodes:
+        raise UserError(f"{NODE_CORES_ENV} describes {sim.nodes} simulated node(s), but {launch.launcher} started "
+                        f"this process as node {launch.node_rank} of {launch.nodes}")  # fmt: skip
+    cores = sim.node_cores[launch.node_rank]
+    pin_threads(list(cores))
+    return cores
+
+
+def hosts(launcher: Launcher, nodes: int) -> list[str]:
+    """The host names of `nodes` simulated nodes for this launcher: loopback for the agents' rendezvous; for
+    horovodrun, distinct names (it counts hosts by name) that it runs locally."""
+    if launcher is not HOROVODRUN:
+        return [LOOPBACK] * nodes
+    if nodes > len(HOROVOD_LOCAL_HOSTS):
+        raise UserError(f"--nodes {nodes}: horovodrun can simulate at most {len(HOROVOD_LOCAL_HOSTS)} nodes on one "
+                        f"host ({', '.join(HOROVOD_LOCAL_HOSTS)}: the names it runs without ssh)")  # fmt: skip
+    return list(HOROVOD_LOCAL_HOSTS[:nodes])
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """The commands that start a simulated multi-node job (one per agent, or one for horovodrun) and the
+    environment they share, as a user types them."""
+
+    commands: list[list[str]]
+    env: dict[str, str]
+
+    def shell(self) -> str:
+        """The commands as one shell line: each agent in the background, then wait."""
+        prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        lines = [" ".join([*prefix, *map(shlex.quote, cmd)]) for cmd in self.commands]
+        return lines[0] if len(lines) == 1 else " & ".join(lines) + " & wait"
+
+
+def node_launch(launcher: Launcher, program: list[str], nodes: int, nprocs: int) -> NodeLaunch:
+    """`program` as `nodes` simulated nodes of `nprocs` processes each, with the launcher's multi-node form,
+    rendezvous on loopback; each agent under `taskset` on its node's cores."""
+    sim = SimulatedNodes.split(nodes)
+    commands = launcher.commands(program, nprocs, hosts(launcher, nodes), free_port())
+    if len(commands) == nodes:  # one agent per node: the agent (and so its workers) starts on the node's cores
+        pairs = zip(commands, sim.node_cores, strict=True)
+        commands = [["taskset", "-c", ",".join(map(str, cores)), *cmd] for cmd, cores in pairs]
+    return NodeLaunch(commands, {NODE_CORES_ENV: sim.env_value()})
+
+
+def describe(launch: LaunchEnv, gathered: list[tuple[int, list[int]]], env: Mapping[str, str] = os.environ) -> dict:
+    """The record's topology: node count, this process's node and local world size, the planned cores of each
+    simulated node, and each rank's node and the cores it really ran on (`gathered`, in rank order)."""
+    value = env.get(NODE_CORES_ENV)
+    return {
+        "nodes": launch.nodes,
+        "node_rank": launch.node_rank,
+        "local_world_size": launch.local_world_size,
+        "simulated": bool(value),
+        "node_cores": [list(c) for c in SimulatedNodes.parse(value).node_cores] if value else None,
+        "rank_nodes": [node for node, _ in gathered],
+        "rank_cores": [cores for _, cores in gathered],
+    }
