@@ -46,6 +46,8 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
     return [
         ("unknown backend", ["--backend", "mpi"], {}),
         ("unknown task", ["--task", "imagenet"], {}),
+        ("a task file that does not exist", ["--task", "no/such/task.py:Task"], {}),
+        ("a task class that lacks part of the interface", ["--task", "distbench.config:RunConfig"], {}),
         ("non-positive batch size", ["--batch-size", "0"], {}),
         ("non-positive learning rate", ["--lr", "-0.1"], {}),
         ("non-positive epochs", ["--epochs", "0"], {}),
@@ -80,6 +82,11 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
          dict(HOROVOD_RANK="0", HOROVOD_SIZE="1", HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1")),
         ("compare: unknown backend", ["compare", "--backends", "ddp,mpi", "--out", str(tmp / "c")], {}),
         ("compare: no rounds", ["compare", "--repeats", "0", "--out", str(tmp / "c")], {}),
+        ("compare: a link rate tc cannot read", ["compare", "--link-rate", "100mb", "--out", str(tmp / "c")], {}),
+        ("compare: more simulated nodes than cores", ["compare", "--nodes", "64", "--out", str(tmp / "c")], {}),
+        ("simulate: a one-process backend", ["simulate", "--backend", "single"], {}),
+        ("simulate: more horovodrun nodes than local host names", ["simulate", "--backend", "horovod", "--nodes", "3"],
+         {}),
     ]  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""Command line: `run.py [train options]`, `run.py compare ...`, `run.py report DIR`.
+"""Command line: `run.py [train options]`, `run.py compare ...`, `run.py simulate ...`, `run.py report DIR`,
+`run.py check-task TASK`.
 
 Each option maps one to one onto a RunConfig field. Bad input is one line on stderr and exit code 2.
 """
@@ -16,13 +17,19 @@ import click
 import typer
 
 from backends import launch_help
-from distbench.config import BackendName, GradCompression, Precision, RunConfig, TaskName
+from distbench.config import BackendName, GradCompression, Precision, RunConfig
 from distbench.errors import UserError
 
 LAUNCH_HELP = (
     launch_help()
     + "\nOther commands: `run.py compare --help` (run the backend x world-size matrix; --nodes, --link-rate), "
-    "`run.py simulate --help` (one job as simulated nodes, optionally over a shaped link), `run.py report DIR`.\n"
+    "`run.py simulate --help` (one job as simulated nodes, optionally over a shaped link), `run.py report DIR`, "
+    "`run.py check-task TASK` (does a task, e.g. your own, keep the fairness contract under every backend?).\n"
+)
+
+TASK_HELP = (
+    "Task to train: mnist, bert-sentiment, synthetic-resnet, or your own as package.module:Class or "
+    "path/to/file.py:Class (docs/tasks.md)."
 )
 
 train_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
@@ -33,7 +40,7 @@ train_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, ri
 )
 def train(
     backend: Annotated[BackendName, typer.Option(help="Data-parallel backend.")] = BackendName.single,
-    task: Annotated[TaskName, typer.Option(help="Task to train.")] = TaskName.mnist,
+    task: Annotated[str, typer.Option(help=TASK_HELP)] = "mnist",
     epochs: Annotated[int | None, typer.Option(help="Epochs (default: mnist 5, bert-sentiment 1).")] = None,
     max_steps: Annotated[int | None, typer.Option(help="Stop after this many global steps.")] = None,
     batch_size: Annotated[
@@ -49,9 +56,14 @@ def train(
         Path | None, typer.Option(help="Dataset folder (MNIST IDX files or rt-polarity.pos/.neg).")
     ] = None,
     model: Annotated[
-        str | None, typer.Option(help="bert-sentiment: Hugging Face id or local path (default: bundled MiniLM-L6).")
+        str | None,
+        typer.Option(
+            help="bert-sentiment: Hugging Face id or local path (default: bundled MiniLM-L6); "
+            "synthetic-resnet: resnet50 (default) or resnet18."
+        ),
     ] = None,
     max_length: Annotated[int, typer.Option(help="bert-sentiment: truncate sentences to this many tokens.")] = 128,
+    image_size: Annotated[int, typer.Option(help="synthetic-resnet: side of the random square images.")] = 224,
     precision: Annotated[Precision, typer.Option(help="fp32, or bf16 autocast.")] = Precision.fp32,
     accumulate: Annotated[
         int,
@@ -106,8 +118,8 @@ def train(
     checkpoint_every: Annotated[int, typer.Option(help="Checkpoint every N global steps.")] = 100,
 ) -> None:
     cfg = RunConfig(
-        backend=backend.value, task=task.value, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
-        seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, precision=precision.value,
+        backend=backend.value, task=task, epochs=epochs, max_steps=max_steps, batch_size=batch_size, lr=lr,
+        seed=seed, dropout=dropout, data_dir=data_dir, model=model, max_length=max_length, image_size=image_size, precision=precision.value,
         accumulate=accumulate, grad_compression=grad_compression.value,
         schedule=schedule, max_grad_norm=max_grad_norm, warmup_ratio=warmup_ratio, head_lr=head_lr, output=output, force=force, threads=threads,
         pin_cores=pin_cores,
@@ -167,6 +179,10 @@ def _record_for_torchrun(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers' threads fight torch's for 2 cores
+    if argv and argv[0] == "check-task":
+        from distbench.checktask import check_app
+
+        return _invoke(check_app, argv[1:], "run.py check-task")
     if argv and argv[0] in ("compare", "report", "simulate"):
         from distbench.compare import compare_app
 

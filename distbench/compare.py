@@ -29,7 +29,7 @@ import typer
 
 from backends import NAMES, get_spec, typed_command
 from distbench import link, topology
-from distbench.config import GradCompression, TaskName, available_cpus
+from distbench.config import GradCompression, available_cpus
 from distbench.errors import UserError
 from distbench.launch import resolve
 
@@ -204,7 +204,13 @@ def run_one(cmds: list[list[str]], out_json: Path, timeout_s: float, log_path: P
 @compare_app.command(help="Run every backend at several world sizes with its real launcher and report.")
 def compare(
     out: Annotated[Path, typer.Option(help="Output folder (results.jsonl, summary.csv, report.md, plots).")],
-    task: Annotated[TaskName, typer.Option()] = TaskName.mnist,
+    task: Annotated[
+        str,
+        typer.Option(
+            help="mnist, bert-sentiment, synthetic-resnet or package.module:Class / "
+            "path/to/file.py:Class (docs/tasks.md)."
+        ),
+    ] = "mnist",
     backends: Annotated[str, typer.Option(help="Comma-separated backends.")] = ",".join(NAMES),
     nprocs: Annotated[str, typer.Option(help="Comma-separated world sizes.")] = "1,2",
     max_steps: Annotated[int | None, typer.Option(help="Global steps per run.")] = None,
@@ -248,10 +254,11 @@ def compare(
     node_counts, rates = _positive_ints(nodes, "nodes"), _csv(link_rate, "link-rate")
     compressions = _csv(grad_compression, "grad-compression")
     _check(out, threads, repeats, compressions, data_dir)
+    task_name = _task_name(task)
     _check_topology(backend_list, node_counts, rates)
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
-    base_args = ["--task", task.value, "--seed", str(seed), "--no-progress"]
+    base_args = ["--task", task, "--seed", str(seed), "--no-progress"]
     for flag, value in (("--max-steps", max_steps), ("--epochs", epochs), ("--batch-size", batch_size),
                         ("--data-dir", data_dir), ("--target-accuracy", target_accuracy)):  # fmt: skip
         if value is not None:
@@ -264,7 +271,7 @@ def compare(
     sweep = {
         "command": "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "task": task.value,
+        "task": task_name,
         "repeats": repeats,
         "order_seed": order_seed,
         "orders": [[runs[i].label for i in order] for order in orders],
@@ -273,7 +280,7 @@ def compare(
     (out / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n")
     t0 = time.time()
     try:
-        _run_rounds(out, task.value, base_args, runs, orders, run_timeout_s)
+        _run_rounds(out, task_name, base_args, runs, orders, run_timeout_s)
     except KeyboardInterrupt:
         print(f"interrupted: the current run was stopped; records so far are in {out / 'results.jsonl'}",
               file=sys.stderr)  # fmt: skip
@@ -298,6 +305,16 @@ def _check(out: Path, threads: int | None, repeats: int, compressions: list[str]
         raise UserError(f"--data-dir {data_dir} does not exist")
     if (out / "results.jsonl").exists():
         raise UserError(f"{out} already holds a sweep (results.jsonl); choose another --out (nothing is overwritten)")
+
+
+def _task_name(spec: str) -> str:
+    """The name a task's records carry (a user's task: its `name`, else its class name); a task that cannot be
+    loaded is one line before any run."""
+    from distbench.tasks import task_class
+
+    cls = task_class(spec)
+    name = getattr(cls, "name", None)
+    return name if isinstance(name, str) else cls.__name__
 
 
 def _check_topology(backends: list[str], node_counts: list[int], rates: list[str]) -> None:

@@ -14,11 +14,6 @@ from distbench.errors import UserError
 BackendName = Enum("BackendName", {name: name for name in NAMES}, type=str)  # the registry's names, for typer
 
 
-class TaskName(str, Enum):
-    mnist = "mnist"
-    bert_sentiment = "bert-sentiment"
-
-
 class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -44,8 +39,11 @@ class RunConfig:
     seed: int = 0
     dropout: float | None = None  # overrides the task's dropout probabilities; 0 turns dropout off
     data_dir: Path | None = None
-    model: str | None = None  # bert-sentiment: Hugging Face id, local path, or "tiny-random"
+    model: str | None = (
+        None  # bert-sentiment: Hugging Face id, local path, or "tiny-random"; synthetic-resnet: resnet50/18
+    )
     max_length: int = 128
+    image_size: int = 224  # synthetic-resnet: the side of the square random images
     precision: str = "fp32"
     accumulate: int = 1  # micro-batches per optimizer step; the global batch stays batch_size
     grad_compression: str = "none"  # none, fp16, bf16: the gradients' type on the wire
@@ -145,6 +143,8 @@ def validate(cfg: RunConfig, world_size: int) -> None:
             raise UserError(f"--data-dir {cfg.data_dir} does not exist")
         if not cfg.data_dir.is_dir():
             raise UserError(f"--data-dir {cfg.data_dir} is not a directory")
+    if not 32 <= cfg.image_size <= 1024:
+        raise UserError(f"--image-size must be between 32 and 1024, got {cfg.image_size}")
     if not 8 <= cfg.max_length <= 512:
         raise UserError(f"--max-length must be between 8 and 512, got {cfg.max_length}")
     if not 0.0 <= cfg.warmup_ratio < 1.0:

@@ -20,14 +20,14 @@ import torch
 
 from backends import get_spec
 from backends.base import Backend, ReduceOp
-from distbench import checkpoint, launch, rng, topology
+from distbench import checkpoint, fairness, launch, rng, topology
 from distbench.affinity import pin_process
 from distbench.config import RunConfig, check_output_writable, default_threads, validate
 from distbench.errors import UserError
 from distbench.record import Facts, build_record
 from distbench.reporter import Reporter
 from distbench.sharding import micro_batches
-from distbench.tasks import Task, build_task, load_datasets, with_defaults
+from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
 from distbench.timer import StepTimer
 
 
@@ -51,7 +51,10 @@ def evaluate(task: Task, model, loader, backend: Backend) -> dict:
     with torch.no_grad(), backend.autocast():
         for batch in loader:
             out = task.evaluate(model, move_to(batch, backend.device))
-            totals += torch.stack([out["loss_sum"], out["correct"], out["count"]]).double().cpu()
+            if not isinstance(out, dict) or any(k not in out for k in EVAL_KEYS):
+                raise UserError(f"task {task.name}: evaluate must return a dict of sums {', '.join(EVAL_KEYS)}; got "
+                                f"{sorted(out) if isinstance(out, dict) else type(out).__name__}")  # fmt: skip
+            totals += torch.stack([torch.as_tensor(out[k], dtype=torch.float64).sum().cpu() for k in EVAL_KEYS])
     model.train(was_training)
     totals = backend.all_reduce(totals.to(backend.device), ReduceOp.SUM).cpu()
     loss_sum, correct, count = totals.tolist()
@@ -85,6 +88,7 @@ class Parts:
     dataset_info: dict
     steps_per_epoch: int
     total_steps: int
+    data_fingerprint: int  # of this rank's datasets (distbench/fairness.py): the same on every rank, by contract
 
 
 def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter) -> Parts:
@@ -92,6 +96,7 @@ def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter) -> P
         train_ds, test_ds, info = load_datasets(task)
     if info.get("notice"):
         reporter.info(info["notice"])
+    data_fingerprint = fairness.fingerprint(train_ds, test_ds)
     torch.manual_seed(cfg.seed)  # identical initial weights on every rank and under every backend
     model = task.build_model()
     optimizer = task.build_optimizer(model)
@@ -102,8 +107,10 @@ def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter) -> P
     total_steps = cfg.epochs * steps_per_epoch
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
-    scheduler = task.build_scheduler(optimizer, total_steps, steps_per_epoch)
-    return Parts(model, optimizer, scheduler, train_loader, test_loader, info, steps_per_epoch, total_steps)
+    build_scheduler = getattr(task, "build_scheduler", None)  # optional in the Task interface
+    scheduler = build_scheduler(optimizer, total_steps, steps_per_epoch) if build_scheduler else None
+    return Parts(model, optimizer, scheduler, train_loader, test_loader, info, steps_per_epoch, total_steps,
+                 data_fingerprint)  # fmt: skip
 
 
 class Checkpointer:

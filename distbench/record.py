@@ -123,6 +123,11 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "time_to_target_s": trainer.time_to_target_s,
         "param_checksum": checksum,
         "dataset": parts.dataset_info,
+        # each rank's fingerprint of its datasets, in rank order: all equal when every rank has the same data
+        "data_fingerprints": backend.all_gather(torch.tensor(parts.data_fingerprint, device=backend.device))
+        .cpu()
+        .tolist(),
+        "accuracy_meaningful": getattr(trainer.task, "accuracy_meaningful", True),  # False: synthetic data
         "environment": environment(backend, cfg.threads, facts.cores),
         "topology": topology.describe(backend.launch, placement(backend)),
         "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (distbench/link.py); None: unshaped

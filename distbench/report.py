@@ -202,6 +202,7 @@ def config_row(cfg: Config, configs: list[Config]) -> dict:
         row[phase] = cfg.median(f"step_breakdown_ms.{phase}")
     for name in _MEDIAN_FIELDS:
         row[name] = cfg.median(name)
+    row["accuracy_meaningful"] = cfg.ok[0].get("accuracy_meaningful", True)
     return row
 
 
@@ -296,6 +297,8 @@ def _with_interval(row: dict, name: str, spec: str) -> str:
 def _accuracy(row: dict) -> str:
     """The test accuracy, or a plain note where the run was shorter than one epoch: its accuracy says nothing about
     the backend (the column is then throughput only). Evaluation is still exact: the count is shown."""
+    if row.get("accuracy_meaningful") is False:
+        return f"n/a: synthetic data ({row['eval_count']:.0f})"
     epochs = row.get("epochs")
     if epochs is not None and epochs < 1:
         return f"n/a: {epochs:.2f} epoch ({row['eval_count']:.0f})"

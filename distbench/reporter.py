@@ -57,10 +57,10 @@ class Reporter:
     def summary(self, record: dict, path: Path) -> None:
         if not self.is_main:
             return
-        acc = record["eval_accuracy"]
+        acc = f"{record['eval_accuracy']:.4f}" if record.get("accuracy_meaningful", True) else "n/a (synthetic data)"
         print(
             f"{record['task']} | {record['backend']} x{record['world_size']} | "
-            f"{record['samples_per_sec']:.1f} samples/s | accuracy {acc:.4f} "
+            f"{record['samples_per_sec']:.1f} samples/s | accuracy {acc} "
             f"({record['eval_count']} test samples) | final loss {record['final_loss']:.4f} | "
             f"{record['steps']} steps in {record['wall_time_s']:.1f} s | record: {path}",
             flush=True,

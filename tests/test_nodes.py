@@ -159,3 +159,14 @@ def test_simulate_runs_one_job_over_a_shaped_link_and_records_the_rate(tmp_path)
     assert rec["link_rate"] == "100mbit" and rec["topology"]["nodes"] == 2
     # the ConvNet's 1.2 MB of gradients, both ranks' bytes through one 12.5 MB/s bucket: under 600 samples/s
     assert rec["samples_per_sec"] < 600 and rec["written_bytes_per_step"] > 1e6
+
+
+def test_help_shows_the_multi_node_and_link_options(tmp_path):
+    main_help = run_cmd([sys.executable, "run.py", "--help"], timeout=60, env=child_env(tmp_path)).stdout
+    assert "run.py simulate --help" in main_help and "--link-rate" in main_help
+    compare_help = run_cmd([sys.executable, "run.py", "compare", "--help"], timeout=60, env=child_env(tmp_path)).stdout
+    simulate_help = run_cmd(
+        [sys.executable, "run.py", "simulate", "--help"], timeout=60, env=child_env(tmp_path)
+    ).stdout
+    for option in ("--nodes", "--link-rate"):
+        assert option in compare_help and option in simulate_help

@@ -1,12 +1,21 @@
 """Tasks: a model, its data and its step, knowing nothing about distribution.
 
-The Task protocol (see docs/architecture.md): build_model, build_optimizer, build_scheduler,
-datasets, collate, step, evaluate. A task must be deterministic given the seed, so that every rank
-and every backend starts from the same weights and sees the same data.
+The Task protocol (docs/tasks.md for users, docs/architecture.md): build_model, build_optimizer, datasets,
+collate, step, evaluate, and optionally build_scheduler, `name` and `defaults` (the options a task sets when the
+user leaves them unset). A task class is called with the run's RunConfig. A task must be deterministic given
+the seed, so that every rank and every backend starts from the same weights and sees the same data
+(`run.py check-task` checks it). The built-in tasks are in TASKS; a user's task is loaded from a module or a
+file by `task_class`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -22,52 +31,103 @@ class Task(Protocol):
 
     def build_model(self) -> nn.Module: ...
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer: ...
+    # optional: a learning-rate scheduler stepped after every optimizer step (None: constant)
     def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int, steps_per_epoch: int): ...
-    # train, test (the same on every rank) and what they are: {name, source, n_train, n_test, notice?}
-    def datasets(self) -> tuple[Dataset, Dataset, dict]: ...
+    # train, test (the same on every rank), optionally what they are: {name, source, notice?, ...}
+    def datasets(self) -> tuple[Dataset, Dataset, dict] | tuple[Dataset, Dataset]: ...
     def collate(self, samples): ...
     def step(self, model: nn.Module, batch) -> torch.Tensor: ...  # the mean loss; no backward here
     def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]: ...  # sums: correct, count, loss_sum
 
 
-TASKS = {"mnist": "distbench.tasks.mnist:MnistTask", "bert-sentiment": "distbench.tasks.bert:BertSentimentTask"}
-DEFAULTS = {
-    "mnist": {"epochs": 5, "batch_size": 64, "lr": 0.5, "schedule": False},
-    # the recipe measured best for the bundled MiniLM-L6 on MR in one epoch (docs/bert.md): AdamW at 1e-4 for the
-    # encoder and 1e-3 for the new head, no dropout, linear warm-up (10 %) and decay, gradient clipping at 1.0
-    "bert-sentiment": {
-        "epochs": 1,
-        "batch_size": 32,
-        "lr": 1e-4,
-        "head_lr": 1e-3,
-        "dropout": 0.0,
-        "schedule": True,
-        "max_grad_norm": 1.0,
-    },
+# The built-in tasks; any other `--task` is a user's `package.module:Class` or `path/to/file.py:Class`.
+TASKS = {
+    "mnist": "distbench.tasks.mnist:MnistTask",
+    "bert-sentiment": "distbench.tasks.bert:BertSentimentTask",
+    "synthetic-resnet": "distbench.tasks.synthetic:SyntheticResnetTask",
 }
+REQUIRED = ("build_model", "build_optimizer", "datasets", "collate", "step", "evaluate")  # build_scheduler: optional
+GENERIC_DEFAULTS = {"epochs": 1, "batch_size": 32}  # for a task whose `defaults` leave them out
+EVAL_KEYS = ("loss_sum", "correct", "count")
+
+
+def _import_file(path: Path, spec: str):
+    if not path.is_file():
+        raise UserError(f"--task {spec}: {path} does not exist")
+    name = "distbench_user_task_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # before running it: dataclasses and pickling look the module up by name
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def task_class(spec: str) -> type:
+    """The class a `--task` names: a built-in name, `package.module:Class` or `path/to/file.py:Class`."""
+    target = TASKS.get(spec, spec)
+    if ":" not in target:
+        raise UserError(f"unknown task {spec!r}; choose one of {', '.join(TASKS)}, or give your own as "
+                        "package.module:Class or path/to/file.py:Class (docs/tasks.md)")  # fmt: skip
+    where, cls_name = target.rsplit(":", 1)
+    try:
+        if where.endswith(".py") or os.sep in where:
+            module = _import_file(Path(where), spec)
+        else:
+            module = importlib.import_module(where)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a user's module raises on import: one line
+        raise UserError(f"--task {spec}: {where} could not be imported: {type(e).__name__}: {e}") from e
+    cls = getattr(module, cls_name, None)
+    if not isinstance(cls, type):
+        raise UserError(f"--task {spec}: {where} has no class {cls_name}")
+    return cls
+
+
+def check_interface(task, spec: str, instance_attributes: tuple[str, ...] = ()) -> None:
+    """One line naming what a task (its class, or the built task) lacks of the Task interface; a class is not
+    asked for `instance_attributes`, which its constructor may set."""
+    missing = [m for m in REQUIRED if m not in instance_attributes and not callable(getattr(task, m, None))]
+    if missing:
+        raise UserError(f"--task {spec} does not satisfy the Task interface (docs/tasks.md): missing "
+                        f"{', '.join(missing)}")  # fmt: skip
 
 
 def with_defaults(cfg: RunConfig) -> RunConfig:
-    if cfg.task not in DEFAULTS:
-        raise UserError(f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
-    return cfg.with_task_defaults(**DEFAULTS[cfg.task])
+    """The run's options with those left unset filled from the task class's `defaults`."""
+    return cfg.with_task_defaults(**{**GENERIC_DEFAULTS, **getattr(task_class(cfg.task), "defaults", {})})
 
 
 def load_datasets(task: Task) -> tuple[Dataset, Dataset, dict]:
-    """The task's datasets; any failure of the data path (a bad download, an unreadable file) is one line."""
+    """The task's datasets and what they are (a task may return only train and test); any failure of the data
+    path (a bad download, an unreadable file) is one line."""
     try:
-        return task.datasets()
+        out = task.datasets()
     except UserError:
         raise
     except Exception as e:  # noqa: BLE001 - whatever a data source raises, the user gets one line
         detail = " ".join(str(e).split())[:200] or type(e).__name__
         raise UserError(f"the {task.name} data could not be loaded: {type(e).__name__}: {detail}") from e
+    train, test, info = out if len(out) == 3 else (*out, {})
+    info = {"name": task.name, "source": "the task's own", **info, "n_train": len(train), "n_test": len(test)}
+    return train, test, info
 
 
 def build_task(cfg: RunConfig) -> Task:
-    import importlib
-
-    if cfg.task not in TASKS:
-        raise UserError(f"unknown task {cfg.task!r}; choose one of {', '.join(TASKS)}")
-    module, cls = TASKS[cfg.task].split(":")
-    return getattr(importlib.import_module(module), cls)(with_defaults(cfg))
+    """The task of `cfg.task`, built with the run's (defaulted) config and checked against the interface."""
+    cls = task_class(cfg.task)
+    check_interface(
+        cls, cfg.task, instance_attributes=("collate",)
+    )  # before building: a task may set these in __init__
+    try:
+        task = cls(with_defaults(cfg))
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a user's constructor: one line, not a traceback
+        raise UserError(f"--task {cfg.task}: {cls.__name__}(cfg) failed: {type(e).__name__}: {e}") from e
+    check_interface(task, cfg.task)
+    if not isinstance(getattr(task, "name", None), str):
+        task.name = type(task).__name__
+    return task

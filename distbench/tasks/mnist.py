@@ -16,6 +16,7 @@ from models.convnet import ConvNet
 
 class MnistTask:
     name = "mnist"
+    defaults = {"epochs": 5, "batch_size": 64, "lr": 0.5, "schedule": False}
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg

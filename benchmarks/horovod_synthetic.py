@@ -1,0 +1,111 @@
+"""distbench's horovod backend beside Horovod's own synthetic benchmark, at the same model, batch and processes.
+
+    python -m benchmarks.horovod_synthetic --script PATH/pytorch_synthetic_benchmark.py [--pairs 5] [--np 2]
+        [--model resnet18] [--batch-size 8] [--iters 3] [--batches-per-iter 5] [--out docs/performance.md]
+
+PATH is `examples/pytorch/pytorch_synthetic_benchmark.py` of a Horovod checkout (git clone of horovod/horovod;
+Horovod's release archive does not ship it); nothing of it is copied here. Each round runs, one after the
+other: the script (`horovodrun -np N python SCRIPT --no-cuda ...`, OMP_NUM_THREADS = cores / N, its total
+img/sec), distbench's `--task synthetic-resnet` under horovodrun with the same model, per-process batch,
+threads and warm-up (samples/s of its steady-state window) with its default core pinning, and the same with
+`--no-pin-cores`, as the script runs. The table holds the median of the per-round ratios distbench / script.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from backends import command
+from benchmarks.overhead import _env, machine, replace_section
+from distbench.config import available_cpus
+from distbench.launch import HOROVODRUN, local_argv, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTION = "## Against Horovod's own synthetic benchmark"
+WARMUP = 5  # distbench's warm-up (min(5, steps / 4)); the script is given the same
+
+
+def horovod_script(script: Path, n: int, model: str, batch: int, iters: int, per_iter: int, threads: int) -> float:
+    program = [str(script), "--no-cuda", "--model", model, "--batch-size", str(batch), "--num-warmup-batches",
+               str(WARMUP), "--num-batches-per-iter", str(per_iter), "--num-iters", str(iters)]  # fmt: skip
+    cmd = resolve(local_argv(HOROVODRUN, program, n))
+    proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(threads)}, capture_output=True,
+                          text=True, timeout=1800)  # fmt: skip
+    m = re.search(r"Total img/sec on \d+ CPU\(s\): ([\d.]+)", proc.stdout)
+    if proc.returncode != 0 or not m:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
+    return float(m[1])
+
+
+def distbench(n: int, model: str, batch: int, steps: int, threads: int, tmp: Path, pin: bool) -> float:
+    out = tmp / f"d-{pin}.json"
+    args = ["--task", "synthetic-resnet", "--model", model, "--batch-size", str(batch * n), "--max-steps", str(steps),
+            "--threads", str(threads), "--no-progress", "--output", str(out), "--force",
+            *([] if pin else ["--no-pin-cores"])]  # fmt: skip
+    proc = subprocess.run(command("horovod", n, args), cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(threads)},
+                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"distbench failed:\n{proc.stderr[-2000:]}")
+    return json.loads(out.read_text())["samples_per_sec"]
+
+
+def main(
+    script: Annotated[Path, typer.Option(help="Horovod's examples/pytorch/pytorch_synthetic_benchmark.py.")],
+    pairs: Annotated[int, typer.Option(help="Rounds (script, distbench, distbench unpinned).")] = 5,
+    np_: Annotated[int, typer.Option("--np", help="Processes.")] = 2,
+    model: Annotated[str, typer.Option(help="torchvision ResNet.")] = "resnet18",
+    batch_size: Annotated[int, typer.Option(help="Per-process batch (the script's --batch-size).")] = 8,
+    iters: Annotated[int, typer.Option(help="The script's --num-iters.")] = 3,
+    batches_per_iter: Annotated[int, typer.Option(help="The script's --num-batches-per-iter.")] = 5,
+    out: Annotated[Path | None, typer.Option(help="Replace this file's section with the table.")] = None,
+) -> None:
+    if not script.is_file():
+        raise SystemExit(f"error: --script {script} does not exist (Horovod's examples/pytorch/...)")
+    threads = max(1, available_cpus() // np_)
+    steps = WARMUP + iters * batches_per_iter
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(pairs):
+            a = horovod_script(script, np_, model, batch_size, iters, batches_per_iter, threads)
+            b = distbench(np_, model, batch_size, steps, threads, Path(d), pin=True)
+            c = distbench(np_, model, batch_size, steps, threads, Path(d), pin=False)
+            rows.append((a, b, c))
+            print(f"round {i + 1}: script {a:.2f}, distbench {b:.2f}, unpinned {c:.2f} img/s", file=sys.stderr)
+    med = statistics.median
+    pinned, unpinned = [b / a for a, b, _ in rows], [c / a for a, _, c in rows]
+    script_sps, pinned_sps, unpinned_sps = (med([r[i] for r in rows]) for i in range(3))
+    section = [
+        SECTION, "",
+        f"Produced by `python -m benchmarks.horovod_synthetic {' '.join(sys.argv[1:])}` on {machine()}. Horovod's "
+        f"`pytorch_synthetic_benchmark.py` (`--no-cuda --model {model} --batch-size {batch_size} "
+        f"--num-warmup-batches {WARMUP} --num-batches-per-iter {batches_per_iter} --num-iters {iters}`, its total "
+        "img/sec) and distbench's "
+        f"horovod backend on `--task synthetic-resnet --model {model}` at the same per-process batch (global "
+        f"{batch_size * np_}), {np_} processes of {threads} thread(s) under horovodrun, {steps} steps of which "
+        f"{WARMUP} warm-up; rounds alternate the three. Differences by construction: the script reuses one random "
+        "batch, distbench draws each batch from the seed; the script times 10-batch iterations on rank 0, distbench a "
+        "barrier-bounded window.", "",
+        "| | Horovod's script img/s | distbench img/s | distbench / script (median) | per round |",
+        "|---|---|---|---|---|",
+        f"| distbench pinned (default) | {script_sps:.2f} | {pinned_sps:.2f} | **{med(pinned):.3f}** | "
+        f"{' '.join(f'{x:.3f}' for x in pinned)} |",
+        f"| distbench `--no-pin-cores` (as the script) | {script_sps:.2f} | {unpinned_sps:.2f} | "
+        f"**{med(unpinned):.3f}** | {' '.join(f'{x:.3f}' for x in unpinned)} |",
+        "",
+    ]  # fmt: skip
+    print("\n".join(section))
+    if out is not None:
+        out.write_text(replace_section(out.read_text(), SECTION, section).rstrip("\n") + "\n")
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,94 @@
+"""The fairness contract of a task, checked: the same weights from the seed, the same data on every rank, an
+exact evaluation, and so the same loss curve under every backend (`run.py check-task`, distbench/checktask.py).
+
+The checks read what a run leaves in its record: each rank's fingerprint of the datasets (`fingerprint`, taken
+by the loop on every rank and gathered), the evaluation's count against the test set's size, the per-step
+global losses and the parameter checksum against `single` x1. The seed is checked in-process: two builds of
+the model under the same seed must be identical. Each failure names the part of the contract it breaks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import torch
+
+LOSS_TOLERANCE = 1e-4  # largest per-step loss difference to single x1 with dropout off (float reordering only)
+CHECKSUM_TOLERANCE = 1e-3  # relative difference of the parameter checksums after training
+_SAMPLES = 8  # samples of each dataset that go into its fingerprint, spread over it
+
+
+def _feed(h, obj) -> None:
+    if isinstance(obj, torch.Tensor):
+        h.update(str((obj.dtype, tuple(obj.shape))).encode())
+        h.update(obj.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            h.update(str(k).encode())
+            _feed(h, obj[k])
+    elif isinstance(obj, list | tuple):
+        for v in obj:
+            _feed(h, v)
+    else:
+        h.update(repr(obj).encode())
+
+
+def fingerprint(*datasets) -> int:
+    """A 62-bit hash of the datasets' sizes and a few samples spread over each: equal on two ranks when they
+    hold the same data (what the contract asks), different when a task builds its data per rank."""
+    h = hashlib.sha256()
+    for ds in datasets:
+        n = len(ds)
+        h.update(str(n).encode())
+        for i in sorted({n * k // _SAMPLES for k in range(_SAMPLES)} if n else set()):
+            _feed(h, ds[i])
+    return int.from_bytes(h.digest()[:8], "little") >> 2
+
+
+def weights_follow_the_seed(task, seed: int = 0) -> bool:
+    """Two builds of the task's model under the same seed give the same parameters and buffers."""
+    states = []
+    for _ in range(2):
+        torch.manual_seed(seed)
+        states.append(task.build_model().state_dict())
+    a, b = states
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@dataclass
+class Finding:
+    backend: str
+    max_loss_diff: float | None
+    checksum_rel_diff: float | None
+    eval_count: int | None
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def examine(backend: str, rec: dict, reference: dict | None) -> Finding:
+    """What one run's record says about the contract, against single x1's record (None for single itself)."""
+    problems = []
+    prints = rec.get("data_fingerprints") or []
+    if len(set(prints)) > 1:
+        problems.append(f"data differs between ranks (dataset fingerprints {', '.join(f'{p:x}' for p in prints)}): "
+                        "datasets() must return the same data on every rank")  # fmt: skip
+    n_test = rec["dataset"].get("n_test")
+    if n_test is not None and rec["eval_count"] != n_test:
+        problems.append(f"evaluation counted {rec['eval_count']} of the {n_test} test samples: evaluate() must sum "
+                        "over every sample of its batch, each once")  # fmt: skip
+    diff = rel = None
+    if reference is not None:
+        losses, ref = rec["loss_history"], reference["loss_history"]
+        diff = max((abs(a - b) for a, b in zip(losses, ref, strict=False)), default=0.0)
+        rel = abs(rec["param_checksum"] - reference["param_checksum"]) / max(abs(reference["param_checksum"]), 1e-12)
+        if len(losses) != len(ref):
+            problems.append(f"{len(losses)} steps against single's {len(ref)}")
+        if not problems and (diff > LOSS_TOLERANCE or rel > CHECKSUM_TOLERANCE):
+            problems.append(f"the loss curve differs from single x1's by up to {diff:.2e} (checksum {rel:.1e}): some "
+                            "randomness is not the seed's (dropout not off through cfg.dropout? an unseeded "
+                            "generator?)")  # fmt: skip
+    return Finding(backend, diff, rel, rec.get("eval_count"), problems)

@@ -1,0 +1,64 @@
+"""synthetic-resnet: torchvision's ResNet on random images, throughput only.
+
+The workload of Horovod's `examples/pytorch/pytorch_synthetic_benchmark.py` (ResNet-50 by default, SGD at 0.01,
+cross-entropy over 1,000 classes, 224 x 224 images), so that distbench's numbers can be set beside the numbers
+users know from it. The images and labels are random (data/synthetic.py): the accuracy is not meaningful, and
+the record says so (`accuracy_meaningful`: false). The model has no dropout; --dropout changes nothing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from data.arrays import collate_tensor_batch
+from data.synthetic import SyntheticImages
+from distbench.config import RunConfig
+from models.resnet import RESNETS, build_resnet
+
+NUM_CLASSES = 1000
+N_TRAIN, N_TEST = 6400, 64  # steps are what matters; the test set is only a check that evaluation runs
+
+
+class SyntheticResnetTask:
+    name = "synthetic-resnet"
+    defaults = {"epochs": 1, "batch_size": 32, "lr": 0.01, "schedule": False}
+    accuracy_meaningful = False
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.arch = cfg.model or "resnet50"
+        if self.arch not in RESNETS:
+            from distbench.errors import UserError
+
+            raise UserError(f"--model {self.arch!r}: synthetic-resnet runs one of {', '.join(RESNETS)}")
+
+    def build_model(self) -> nn.Module:
+        return build_resnet(self.arch, NUM_CLASSES)
+
+    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.SGD(model.parameters(), lr=self.cfg.lr)  # as Horovod's benchmark (there: x world size)
+
+    def datasets(self):
+        size, seed = self.cfg.image_size, self.cfg.seed
+        train = SyntheticImages(N_TRAIN, size, NUM_CLASSES, seed)
+        test = SyntheticImages(N_TEST, size, NUM_CLASSES, seed + 1)
+        info = {"name": f"synthetic {size}x{size} images, {NUM_CLASSES} classes", "source": "random, from the seed",
+                "model": self.arch, "image_size": size}  # fmt: skip
+        return train, test, info
+
+    collate = staticmethod(collate_tensor_batch)
+
+    def step(self, model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        return F.cross_entropy(model(x), y)
+
+    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        x, y = batch
+        out = model(x).float()
+        return {
+            "loss_sum": F.cross_entropy(out, y, reduction="sum").double(),
+            "correct": (out.argmax(dim=1) == y).sum().double(),
+            "count": torch.tensor(float(len(y)), dtype=torch.float64),
+        }
