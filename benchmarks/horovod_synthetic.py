@@ -92,7 +92,8 @@ def main(
         f"horovod backend on `--task synthetic-resnet --model {model}` at the same per-process batch (global "
         f"{batch_size * np_}), {np_} processes of {threads} thread(s) under horovodrun, {steps} steps of which "
         f"{WARMUP} warm-up; rounds alternate the three. Differences by construction: the script reuses one random "
-        "batch, distbench draws each batch from the seed; the script times 10-batch iterations on rank 0, distbench a "
+        f"batch, distbench draws each batch from the seed; the script times {batches_per_iter}-batch iterations on "
+        "rank 0, distbench a "
         "barrier-bounded window.", "",
         "| | Horovod's script img/s | distbench img/s | distbench / script (median) | per round |",
         "|---|---|---|---|---|",
