@@ -1,6 +1,6 @@
 # Every target sets up what it needs first (scripts/setup_env.sh is quick when already done).
 PY := .venv/bin/python
-.PHONY: setup demo test test-fast bench bench-bert lint clean-venv
+.PHONY: setup demo test test-fast bench bench-bert bench-network lint clean-venv
 
 setup:
 	@bash scripts/setup_env.sh
@@ -29,6 +29,14 @@ MR_DIR ?= ../shared/data/rt-polarity
 bench-bert: setup
 	$(PY) -m benchmarks.bert_accuracy $(if $(MR_DIR),--data-dir $(MR_DIR))
 	$(PY) -m benchmarks.overhead --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) --pairs 5 --steps 40 --world-sizes 2
+
+# Two simulated nodes over unshaped, 1 Gbit/s and 100 Mbit/s links (needs root or user namespaces; about 25 minutes
+# for MNIST, 35 for BERT here), then docs/network.md's tables and its link check.
+bench-network: setup
+	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 1 --nodes 2 --link-rate none,1gbit,100mbit --max-steps 100 --repeats 5 --out results/network-mnist-$$(date +%Y%m%d-%H%M%S)
+	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) --backends single,ddp,accelerate,horovod --nprocs 1 --nodes 2 --link-rate none,1gbit,100mbit --max-steps 6 --repeats 3 --out results/network-bert-$$(date +%Y%m%d-%H%M%S)
+	$(PY) -m benchmarks.linkcheck check --rates none,10gbit,1gbit,100mbit --out docs/network.md
+	@echo "then: python -m benchmarks.network results/network-mnist-* results/network-bert-* --out docs/network.md"
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -101,7 +101,8 @@ def check_task(
         findings = [fairness.examine("single x1", reference, None)]
         for b in _available(distributed):
             findings.append(fairness.examine(f"{b} x2", _run(b, 2, args, tmp, run_timeout_s), reference))
-    print("| backend | max per-step loss difference to single x1 | checksum relative difference | eval count | "
+    print(f"| backend | max per-step loss difference to single x1 (first {fairness.EARLY_STEPS} steps) | checksum "
+          "relative difference | eval count | "
           "verdict |\n|---|---|---|---|---|")  # fmt: skip
     print("\n".join(_line(f) for f in findings))
     failed = [f for f in findings if not f.ok]

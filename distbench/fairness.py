@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 import torch
 
-LOSS_TOLERANCE = 1e-4  # largest per-step loss difference to single x1 with dropout off (float reordering only)
-CHECKSUM_TOLERANCE = 1e-3  # relative difference of the parameter checksums after training
+LOSS_TOLERANCE = 1e-4  # largest per-step loss difference to single x1 with dropout off (float reordering only) ...
+EARLY_STEPS = 10  # ... over the first steps: later, training amplifies the reordered rounding (7e-3 by step 44 on
+# the MNIST ConvNet here, tests/conftest.py), while a sharding or averaging bug differs from the first step
+LATE_TOLERANCE = 0.05  # per step after EARLY_STEPS
+CHECKSUM_TOLERANCE = 0.02  # relative difference of the parameter checksums after training (5e-3 seen: MNIST, 50 steps)
 _SAMPLES = 8  # samples of each dataset that go into its fingerprint, spread over it
 
 
@@ -83,12 +86,14 @@ def examine(backend: str, rec: dict, reference: dict | None) -> Finding:
     diff = rel = None
     if reference is not None:
         losses, ref = rec["loss_history"], reference["loss_history"]
-        diff = max((abs(a - b) for a, b in zip(losses, ref, strict=False)), default=0.0)
+        diff = max((abs(a - b) for a, b in zip(losses[:EARLY_STEPS], ref, strict=False)), default=0.0)
+        late = max((abs(a - b) for a, b in zip(losses, ref, strict=False)), default=0.0)
         rel = abs(rec["param_checksum"] - reference["param_checksum"]) / max(abs(reference["param_checksum"]), 1e-12)
         if len(losses) != len(ref):
             problems.append(f"{len(losses)} steps against single's {len(ref)}")
-        if not problems and (diff > LOSS_TOLERANCE or rel > CHECKSUM_TOLERANCE):
-            problems.append(f"the loss curve differs from single x1's by up to {diff:.2e} (checksum {rel:.1e}): some "
+        if not problems and (diff > LOSS_TOLERANCE or late > LATE_TOLERANCE or rel > CHECKSUM_TOLERANCE):
+            problems.append(f"the loss curve differs from single x1's by up to {diff:.2e} in the first {EARLY_STEPS} "
+                            f"steps ({late:.2e} overall, checksum {rel:.1e}): some "
                             "randomness is not the seed's (dropout not off through cfg.dropout? an unseeded "
                             "generator?)")  # fmt: skip
     return Finding(backend, diff, rel, rec.get("eval_count"), problems)

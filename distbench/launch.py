@@ -201,8 +201,9 @@ def resolve(argv: list[str]) -> list[str]:
     argv = list(argv)
     if "python" in argv:  # the interpreter that runs the program (the first "python": later ones are its own)
         argv[argv.index("python")] = sys.executable
-    if argv[0] in ("torchrun", "accelerate", "horovodrun"):
-        argv[0] = str(BIN / argv[0])
+    start = 3 if argv[0] == "taskset" else 0  # `taskset -c CORES LAUNCHER ...`: a simulated node's agent
+    if argv[start] in ("torchrun", "accelerate", "horovodrun"):
+        argv[start] = str(BIN / argv[start])
     return argv
 
 

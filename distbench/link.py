@@ -64,14 +64,21 @@ def inside() -> bool:
     return bool(outer) and outer != netns()
 
 
+def _tool(name: str) -> str:
+    """The path of a system tool: on PATH, or in the sbin folders a user's PATH often leaves out (tc, ip)."""
+    found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin:/usr/bin:/bin")
+    if found is None:
+        raise UserError(f"--link-rate needs `{name}` (util-linux, iproute2), which is not installed here")
+    return found
+
+
 def _unshare_flags() -> list[str]:
     """`unshare` flags that give a private network namespace here: -n as root, -rn through a user namespace."""
     for tool in ("unshare", "tc", "ip"):
-        if shutil.which(tool) is None:
-            raise UserError(f"--link-rate needs `{tool}` (util-linux, iproute2), which is not installed here")
+        _tool(tool)
     reasons = []
     for flags in (["-n"], ["-rn"]):
-        proc = subprocess.run(["unshare", *flags, "true"], capture_output=True, text=True)
+        proc = subprocess.run([_tool("unshare"), *flags, "true"], capture_output=True, text=True)
         if proc.returncode == 0:
             return flags
         reasons.append(f"unshare {' '.join(flags)}: {' '.join(proc.stderr.split()) or proc.returncode}")
@@ -96,13 +103,13 @@ def enter_private_namespace() -> None:
     env = {**os.environ, OUTER_NETNS_ENV: netns()}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execvpe("unshare", ["unshare", *flags, "--", *_this_command()], env)
+    os.execve(_tool("unshare"), ["unshare", *flags, "--", *_this_command()], env)
 
 
 def _tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     if not inside():  # the one guard in front of every change: never the host's interfaces
         raise RuntimeError("refusing to change a network interface outside distbench's private namespace")
-    proc = subprocess.run(args, capture_output=True, text=True)
+    proc = subprocess.run([_tool(args[0]), *args[1:]], capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise UserError(f"{' '.join(args)} failed: {' '.join(proc.stderr.split())}")
     return proc

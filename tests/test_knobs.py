@@ -12,13 +12,12 @@ import pytest
 import torch
 
 from distbench.sharding import micro_batches
-from tests.conftest import MNIST_STEPS
+from tests.conftest import EQUIVALENCE_STEPS, MNIST_STEPS
 from tests.helpers import child_env, launch, run_cmd
 from tests.test_cli import assert_one_line_error
 
 DISTRIBUTED = ["ddp", "accelerate", "horovod"]
 STEPS = MNIST_STEPS
-EQUIVALENCE_STEPS = 20
 # Compressed gradients are rounded (fp16 keeps 11 significant bits, bf16 8), so the trajectory drifts from the
 # uncompressed one, most while the loss falls fast, and comes back as both converge. Measured here (ddp x2,
 # 50 steps, loss 2.3 -> 0.3): the largest per-step difference was 0.055 (fp16) and 0.050 (bf16), around

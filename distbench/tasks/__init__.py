@@ -51,6 +51,19 @@ GENERIC_DEFAULTS = {"epochs": 1, "batch_size": 32}  # for a task whose `defaults
 EVAL_KEYS = ("loss_sum", "correct", "count")
 
 
+def classification_sums(scores: torch.Tensor, labels: torch.Tensor, loss=None) -> dict[str, torch.Tensor]:
+    """What `evaluate` returns for a classifier: the summed loss (cross-entropy of logits unless `loss` is given,
+    e.g. F.nll_loss for log-probabilities), the correct predictions and the count, in float64."""
+    import torch.nn.functional as F
+
+    scores = scores.float()
+    return {
+        "loss_sum": (loss or F.cross_entropy)(scores, labels, reduction="sum").double(),
+        "correct": (scores.argmax(dim=1) == labels).sum().double(),
+        "count": torch.tensor(float(len(labels)), dtype=torch.float64),
+    }
+
+
 def _import_file(path: Path, spec: str):
     if not path.is_file():
         raise UserError(f"--task {spec}: {path} does not exist")

@@ -10,6 +10,7 @@ from torch import nn
 
 from data.mr import load_sentences, pad_collate, tokenize
 from distbench.config import RunConfig
+from distbench.tasks import classification_sums
 from models.bert import build_classifier, load_tokenizer
 
 
@@ -67,10 +68,4 @@ class BertSentimentTask:
         return F.cross_entropy(self._logits(model, batch).float(), batch["labels"])
 
     def evaluate(self, model: nn.Module, batch: dict) -> dict[str, torch.Tensor]:
-        logits = self._logits(model, batch).float()
-        labels = batch["labels"]
-        return {
-            "loss_sum": F.cross_entropy(logits, labels, reduction="sum").double(),
-            "correct": (logits.argmax(dim=1) == labels).sum().double(),
-            "count": torch.tensor(float(len(labels)), dtype=torch.float64),
-        }
+        return classification_sums(self._logits(model, batch), batch["labels"])

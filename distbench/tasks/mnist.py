@@ -11,6 +11,7 @@ from torch import nn
 from data.arrays import collate_tensor_batch
 from data.mnist import load_mnist
 from distbench.config import RunConfig
+from distbench.tasks import classification_sums
 from models.convnet import ConvNet
 
 
@@ -44,9 +45,4 @@ class MnistTask:
 
     def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
         x, y = batch
-        out = model(x)
-        return {
-            "loss_sum": F.nll_loss(out.float(), y, reduction="sum").double(),
-            "correct": (out.argmax(dim=1) == y).sum().double(),
-            "count": torch.tensor(float(len(y)), dtype=torch.float64),
-        }
+        return classification_sums(model(x), y, F.nll_loss)  # the ConvNet returns log-probabilities

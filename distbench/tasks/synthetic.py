@@ -15,6 +15,7 @@ from torch import nn
 from data.arrays import collate_tensor_batch
 from data.synthetic import SyntheticImages
 from distbench.config import RunConfig
+from distbench.tasks import classification_sums
 from models.resnet import RESNETS, build_resnet
 
 NUM_CLASSES = 1000
@@ -56,9 +57,4 @@ class SyntheticResnetTask:
 
     def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
         x, y = batch
-        out = model(x).float()
-        return {
-            "loss_sum": F.cross_entropy(out, y, reduction="sum").double(),
-            "correct": (out.argmax(dim=1) == y).sum().double(),
-            "count": torch.tensor(float(len(y)), dtype=torch.float64),
-        }
+        return classification_sums(model(x), y)
