@@ -37,7 +37,7 @@ def _reference_step_ms(configs: list[Config], task: str) -> tuple[float, int] | 
     return ref.median("step_time_ms.p50"), ref.ok[0]["global_batch_size"]
 
 
-def hidden_rows(configs: list[Config]) -> list[dict]:
+def link_rows(configs: list[Config]) -> list[dict]:
     rows = []
     for c in (c for c in configs if c.backend != "single" and c.ok):
         ref = _reference_step_ms(configs, c.task)
@@ -61,7 +61,7 @@ def _f(v, spec: str) -> str:
 
 def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
     mine = [c for c in configs if c.task == task]
-    rows = hidden_rows(mine)
+    rows = link_rows(mine)
     ref = _reference_step_ms(mine, task)
     lines = [
         f"## {task}: 2 simulated nodes x 1 process", "",
