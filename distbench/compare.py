@@ -92,6 +92,41 @@ def launch_config(backend: str, world_size: int, nodes: int, args: list[str]) ->
     return topology.node_launch(spec.launchers[0], spec.program(args), nodes, world_size // nodes)
 
 
+@dataclass(frozen=True)
+class Axes:
+    """The sweep's axes, parsed from their comma-separated options and checked: one line for a bad value."""
+
+    backends: list[str]
+    world_sizes: list[int]
+    accumulates: tuple[int, ...]
+    compressions: tuple[str, ...]
+    nodes: tuple[int, ...]
+    link_rates: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, backends: str, nprocs: str, accumulate: str, compressions: str, nodes: str, rates: str) -> Axes:
+        axes = cls(_csv(backends, "backends"), _positive_ints(nprocs, "nprocs"),
+                   tuple(_positive_ints(accumulate, "accumulate")), tuple(_csv(compressions, "grad-compression")),
+                   tuple(_positive_ints(nodes, "nodes")), tuple(_csv(rates, "link-rate")))  # fmt: skip
+        for b in axes.backends:
+            get_spec(b)  # an unknown name is one line
+        for c in axes.compressions:
+            if c not in GradCompression.__members__:
+                raise UserError(f"--grad-compression: {c!r} is not one of {', '.join(GradCompression.__members__)}")
+        return axes
+
+    def check_topology(self) -> None:
+        """Nodes and link rates that cannot run here: one line, before any run (and before any namespace)."""
+        for k in self.nodes:
+            if k > 1:
+                topology.SimulatedNodes.split(k)  # a core per node
+                for b in self.backends:
+                    if b != "single":
+                        topology.hosts(get_spec(b).launchers[0], k)
+        if any([link.parse_rate(rate) is not None for rate in self.link_rates]):  # every rate parsed: one line
+            link.enter_private_namespace()  # re-runs this command there; returns once inside
+
+
 def plan_runs(backends: list[str], nprocs: list[int], threads: int | None, accumulates: tuple[int, ...] = (1,),
               compressions: tuple[str, ...] = ("none",), nodes: tuple[int, ...] = (1,),
               link_rates: tuple[str, ...] = (link.UNSHAPED,)) -> list[Planned]:  # fmt: skip
@@ -247,26 +282,16 @@ def compare(
         ),
     ] = link.UNSHAPED,
 ) -> None:
-    backend_list = _csv(backends, "backends")
-    for b in backend_list:
-        get_spec(b)  # an unknown name is one line
-    world_sizes, accumulates = _positive_ints(nprocs, "nprocs"), _positive_ints(accumulate, "accumulate")
-    node_counts, rates = _positive_ints(nodes, "nodes"), _csv(link_rate, "link-rate")
-    compressions = _csv(grad_compression, "grad-compression")
-    _check(out, threads, repeats, compressions, data_dir)
+    axes = Axes.parse(backends, nprocs, accumulate, grad_compression, nodes, link_rate)
+    _check(out, threads, repeats, data_dir)
     task_name = _task_name(task)
-    _check_topology(backend_list, node_counts, rates)
+    axes.check_topology()  # last: a shaped link re-runs this command in a private namespace
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
-    base_args = ["--task", task, "--seed", str(seed), "--no-progress"]
-    for flag, value in (("--max-steps", max_steps), ("--epochs", epochs), ("--batch-size", batch_size),
-                        ("--data-dir", data_dir), ("--target-accuracy", target_accuracy)):  # fmt: skip
-        if value is not None:
-            base_args += [flag, str(value)]
-    base_args += shlex.split(extra)
-
-    runs = plan_runs(backend_list, world_sizes, threads, tuple(accumulates), tuple(compressions), tuple(node_counts),
-                     tuple(rates))  # fmt: skip
+    base_args = _run_args(task, seed, extra, max_steps=max_steps, epochs=epochs, batch_size=batch_size,
+                          data_dir=data_dir, target_accuracy=target_accuracy)  # fmt: skip
+    runs = plan_runs(axes.backends, axes.world_sizes, threads, axes.accumulates, axes.compressions, axes.nodes,
+                     axes.link_rates)  # fmt: skip
     orders = round_orders(len(runs), repeats, order_seed)
     sweep = {
         "command": "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
@@ -292,19 +317,25 @@ def compare(
     print(f"\nreport: {out / 'report.md'} (plots, summary.csv and results.jsonl beside it)")
 
 
-def _check(out: Path, threads: int | None, repeats: int, compressions: list[str], data_dir: Path | None) -> None:
+def _check(out: Path, threads: int | None, repeats: int, data_dir: Path | None) -> None:
     """The sweep's options that no run would catch before it starts: one line each."""
     if threads is not None and threads <= 0:
         raise UserError(f"--threads must be positive, got {threads}")
     if repeats <= 0:
         raise UserError(f"--repeats must be positive, got {repeats}")
-    for c in compressions:
-        if c not in GradCompression.__members__:
-            raise UserError(f"--grad-compression: {c!r} is not one of {', '.join(GradCompression.__members__)}")
     if data_dir is not None and not data_dir.is_dir():
         raise UserError(f"--data-dir {data_dir} does not exist")
     if (out / "results.jsonl").exists():
         raise UserError(f"{out} already holds a sweep (results.jsonl); choose another --out (nothing is overwritten)")
+
+
+def _run_args(task: str, seed: int, extra: str, **options) -> list[str]:
+    """The run.py options every run of the sweep shares: the task, the seed, the options given, then --extra."""
+    args = ["--task", task, "--seed", str(seed), "--no-progress"]
+    for name, value in options.items():
+        if value is not None:
+            args += ["--" + name.replace("_", "-"), str(value)]
+    return args + shlex.split(extra)
 
 
 def _task_name(spec: str) -> str:
@@ -315,20 +346,6 @@ def _task_name(spec: str) -> str:
     cls = task_class(spec)
     name = getattr(cls, "name", None)
     return name if isinstance(name, str) else cls.__name__
-
-
-def _check_topology(backends: list[str], node_counts: list[int], rates: list[str]) -> None:
-    """Nodes and link rates that cannot run here: one line, before any run (and before any namespace)."""
-    for k in node_counts:
-        if k > 1:
-            topology.SimulatedNodes.split(k)  # a core per node
-            for b in backends:
-                if b != "single":
-                    topology.hosts(get_spec(b).launchers[0], k)
-    for rate in rates:
-        link.parse_rate(rate)
-    if any(link.parse_rate(rate) is not None for rate in rates):
-        link.enter_private_namespace()  # re-runs this command there; returns once inside
 
 
 def _run_rounds(out: Path, task: str, base_args: list[str], runs: list[Planned], orders: list[list[int]],
@@ -393,7 +410,7 @@ def simulate(
     train_args = [a for a in ctx.args if a != "--"]
     if "--backend" in train_args:
         raise UserError("give --backend before --, as simulate's own option")
-    _check_topology([backend], [nodes], [link_rate])
+    Axes([backend], [nodes * nprocs], (1,), ("none",), (nodes,), (link_rate,)).check_topology()
     if link.inside():
         link.shape(link_rate)
     started = launch_config(backend, nodes * nprocs, nodes, train_args)
