@@ -7,12 +7,17 @@ PATH is `examples/pytorch/pytorch_synthetic_benchmark.py` of a Horovod checkout 
 Horovod's release archive does not ship it); nothing of it is copied here. Each round runs, one after the
 other: the script (`horovodrun -np N python SCRIPT --no-cuda ...`, OMP_NUM_THREADS = cores / N, its total
 img/sec), distbench's `--task synthetic-resnet` under horovodrun with the same model, per-process batch,
-threads and warm-up (samples/s of its steady-state window) with its default core pinning, and the same with
-`--no-pin-cores`, as the script runs. The table holds the median of the per-round ratios distbench / script.
+threads and warm-up (samples/s of its steady-state window). Pinning is measured on both sides, since it is
+what differs most between them by default: the script as Horovod ships it (no pinning) against distbench
+`--no-pin-cores`, and the script with each process pinned by `taskset` to the cores distbench's default
+pinning gives that local rank against distbench's default. Each round runs the four, the script's first in odd
+rounds and distbench's in even ones; the table holds the median of the per-round ratios distbench / script at
+the same pinning.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import statistics
@@ -34,10 +39,18 @@ SECTION = "## Against Horovod's own synthetic benchmark"
 WARMUP = 5  # distbench's warm-up (min(5, steps / 4)); the script is given the same
 
 
-def horovod_script(script: Path, n: int, model: str, batch: int, iters: int, per_iter: int, threads: int) -> float:
+# Each process of the script on the block of cores distbench's pinning gives its local rank (distbench/affinity.py).
+PIN_BY_LOCAL_RANK = 'exec taskset -c "$((HOROVOD_LOCAL_RANK * {t}))-$((HOROVOD_LOCAL_RANK * {t} + {t} - 1))" "$@"'
+
+
+def horovod_script(script: Path, n: int, model: str, batch: int, iters: int, per_iter: int, threads: int,
+                   pin: bool = False) -> float:  # fmt: skip
     program = [str(script), "--no-cuda", "--model", model, "--batch-size", str(batch), "--num-warmup-batches",
                str(WARMUP), "--num-batches-per-iter", str(per_iter), "--num-iters", str(iters)]  # fmt: skip
     cmd = resolve(local_argv(HOROVODRUN, program, n))
+    if pin:
+        at = cmd.index(sys.executable)
+        cmd[at:at] = ["sh", "-c", PIN_BY_LOCAL_RANK.format(t=threads), "sh"]
     proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(threads)}, capture_output=True,
                           text=True, timeout=1800)  # fmt: skip
     m = re.search(r"Total img/sec on \d+ CPU\(s\): ([\d.]+)", proc.stdout)
@@ -58,9 +71,29 @@ def distbench(n: int, model: str, batch: int, steps: int, threads: int, tmp: Pat
     return json.loads(out.read_text())["samples_per_sec"]
 
 
+def table(rows: list[tuple[float, float, float, float]]) -> list[str]:
+    """Rows (script unpinned, distbench unpinned, script pinned, distbench pinned): distbench / script at the
+    same pinning, and what pinning gives each side."""
+    med = statistics.median
+
+    def line(label: str, a: int, b: int) -> str:
+        ratios = [r[b] / r[a] for r in rows]
+        return (f"| {label} | {med(r[a] for r in rows):.2f} | {med(r[b] for r in rows):.2f} | **{med(ratios):.3f}** "
+                f"| {' '.join(f'{x:.3f}' for x in ratios)} |")  # fmt: skip
+
+    return [
+        "| | A img/s | B img/s | B / A (median) | per round |",
+        "|---|---|---|---|---|",
+        line("unpinned: A = Horovod's script, B = distbench `--no-pin-cores`", 0, 1),
+        line("pinned: A = Horovod's script under `taskset`, B = distbench (default)", 2, 3),
+        line("pinning, Horovod's script: A = unpinned, B = pinned", 0, 2),
+        line("pinning, distbench: A = `--no-pin-cores`, B = default", 1, 3),
+    ]
+
+
 def main(
     script: Annotated[Path, typer.Option(help="Horovod's examples/pytorch/pytorch_synthetic_benchmark.py.")],
-    pairs: Annotated[int, typer.Option(help="Rounds (script, distbench, distbench unpinned).")] = 5,
+    pairs: Annotated[int, typer.Option(help="Rounds (each: both unpinned, then both pinned).")] = 5,
     np_: Annotated[int, typer.Option("--np", help="Processes.")] = 2,
     model: Annotated[str, typer.Option(help="torchvision ResNet.")] = "resnet18",
     batch_size: Annotated[int, typer.Option(help="Per-process batch (the script's --batch-size).")] = 8,
@@ -75,14 +108,17 @@ def main(
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for i in range(pairs):
-            a = horovod_script(script, np_, model, batch_size, iters, batches_per_iter, threads)
-            b = distbench(np_, model, batch_size, steps, threads, Path(d), pin=True)
-            c = distbench(np_, model, batch_size, steps, threads, Path(d), pin=False)
-            rows.append((a, b, c))
-            print(f"round {i + 1}: script {a:.2f}, distbench {b:.2f}, unpinned {c:.2f} img/s", file=sys.stderr)
-    med = statistics.median
-    pinned, unpinned = [b / a for a, b, _ in rows], [c / a for a, _, c in rows]
-    script_sps, pinned_sps, unpinned_sps = (med([r[i] for r in rows]) for i in range(3))
+            measured = {}
+            for side, pin in itertools.product(("script", "distbench")[:: 1 if i % 2 == 0 else -1], (False, True)):
+                measured[side, pin] = (
+                    horovod_script(script, np_, model, batch_size, iters, batches_per_iter, threads, pin)
+                    if side == "script" else distbench(np_, model, batch_size, steps, threads, Path(d), pin)
+                )  # fmt: skip
+            script_free, ours_free = measured["script", False], measured["distbench", False]
+            script_pinned, ours_pinned = measured["script", True], measured["distbench", True]
+            rows.append((script_free, ours_free, script_pinned, ours_pinned))
+            print(f"round {i + 1}: unpinned: script {script_free:.2f}, distbench {ours_free:.2f}; pinned: script "
+                  f"{script_pinned:.2f}, distbench {ours_pinned:.2f} img/s", file=sys.stderr, flush=True)  # fmt: skip
     section = [
         SECTION, "",
         f"Produced by `python -m benchmarks.horovod_synthetic {' '.join(sys.argv[1:])}` on {machine()}. Horovod's "
@@ -91,17 +127,13 @@ def main(
         "img/sec) and distbench's "
         f"horovod backend on `--task synthetic-resnet --model {model}` at the same per-process batch (global "
         f"{batch_size * np_}), {np_} processes of {threads} thread(s) under horovodrun, {steps} steps of which "
-        f"{WARMUP} warm-up; rounds alternate the three. Differences by construction: the script reuses one random "
-        f"batch, distbench draws each batch from the seed; the script times {batches_per_iter}-batch iterations on "
-        "rank 0, distbench a "
-        "barrier-bounded window.", "",
-        "| | Horovod's script img/s | distbench img/s | distbench / script (median) | per round |",
-        "|---|---|---|---|---|",
-        f"| distbench pinned (default) | {script_sps:.2f} | {pinned_sps:.2f} | **{med(pinned):.3f}** | "
-        f"{' '.join(f'{x:.3f}' for x in pinned)} |",
-        f"| distbench `--no-pin-cores` (as the script) | {script_sps:.2f} | {unpinned_sps:.2f} | "
-        f"**{med(unpinned):.3f}** | {' '.join(f'{x:.3f}' for x in unpinned)} |",
-        "",
+        f"{WARMUP} warm-up. Each round runs four: both unpinned (the script as Horovod ships it, distbench "
+        "`--no-pin-cores`) and both pinned (the script's processes under `taskset` on the cores distbench's "
+        "default pinning gives each local rank, distbench as it runs by default), the script's two first in odd "
+        "rounds, distbench's in even ones. Differences by construction: the "
+        "script reuses one random batch, distbench draws each batch from the seed; the script times "
+        f"{batches_per_iter}-batch iterations on rank 0, distbench a barrier-bounded window.", "",
+        *table(rows), "",
     ]  # fmt: skip
     print("\n".join(section))
     if out is not None:

@@ -1,6 +1,8 @@
 """Smoke tests of the benchmark scripts, so they do not rot. No speed assertions: only that they run
 end to end and write their tables."""
 
+import json
+import os
 import sys
 
 import pytest
@@ -67,6 +69,44 @@ def test_bert_accuracy_benchmark_runs(tmp_path, mr_dir):
     text = out.read_text()
     assert "| 0 | " in text and "| 1 | " in text and "/ 1066 |" in text
     assert "**Median over 2 seeds:" in text
+
+
+# Stands in for Horovod's pytorch_synthetic_benchmark.py (not in this repository): rank 0 writes every rank's
+# cores and prints the script's last line.
+STAND_IN = """import json, os
+import horovod.torch as hvd
+hvd.init()
+cores = hvd.allgather_object(sorted(os.sched_getaffinity(0)))
+if hvd.rank() == 0:
+    with open(os.environ["STAND_IN_OUT"], "w") as f:
+        json.dump(cores, f)
+    print("Total img/sec on %d CPU(s): 12.5 +-0.1" % hvd.size())
+"""
+
+
+@pytest.mark.parametrize("pin", [False, True])
+def test_horovod_script_runs_pinned_as_distbench_pins(tmp_path, monkeypatch, pin):
+    from benchmarks.horovod_synthetic import horovod_script
+    from distbench.config import available_cpus
+
+    script, out = tmp_path / "stand_in.py", tmp_path / "cores.json"
+    script.write_text(STAND_IN)
+    monkeypatch.setenv("STAND_IN_OUT", str(out))
+    threads = max(1, available_cpus() // 2)
+    assert horovod_script(script, 2, "resnet18", 8, 1, 1, threads, pin) == 12.5
+    usable = sorted(os.sched_getaffinity(0))
+    expected = [usable[r * threads : (r + 1) * threads] for r in range(2)] if pin else [usable, usable]
+    assert json.loads(out.read_text()) == expected
+
+
+def test_horovod_synthetic_table_compares_at_the_same_pinning():
+    from benchmarks.horovod_synthetic import table
+
+    rows = [(10.0, 9.9, 12.0, 12.6), (8.0, 8.4, 11.0, 11.0), (9.0, 9.0, 10.0, 10.5)]
+    lines = table(rows)
+    assert lines[2].startswith("| unpinned:") and "**1.000** | 0.990 1.050 1.000 |" in lines[2]
+    assert lines[3].startswith("| pinned:") and "**1.050** | 1.050 1.000 1.050 |" in lines[3]
+    assert "| 9.00 | 11.00 |" in lines[4]  # pinning's effect on the script: medians unpinned, pinned
 
 
 def test_a_section_is_replaced_not_appended():
