@@ -2,6 +2,7 @@
 
     python -m benchmarks.overhead [--pairs 3] [--steps 300] [--out docs/performance.md]
     python -m benchmarks.overhead --task bert-sentiment --data-dir DIR [--pairs 5] [--steps 40] [--world-sizes 2]
+    python -m benchmarks.overhead --same-pinning [--backends ddp] [--world-sizes 2] [--pairs 5]
 
 The BERT form writes (or replaces) the section "BERT sentiment: adapter overhead" of --out; the hand-written
 BERT loops are plain fine-tuning loops (AdamW, per-batch padding, default library settings), and distbench
@@ -12,6 +13,10 @@ and `run.py` with the same configuration (MNIST ConvNet, global batch 64, the sa
 the same steady-state steps after the same warm-up) run alternately, A B A B ..., and the median of the
 per-pair throughput ratios distbench / hand-written is reported. Scaling compares DDP at world size 2
 (1 thread per process) against twice `single` with 1 thread; start-up is launch to first training step.
+
+distbench pins each process's threads by default, the hand-written loops (as the libraries' examples) do not.
+`--same-pinning` writes the section that separates the two: in each round the hand-written loop and distbench
+`--no-pin-cores` (both unpinned), and the loop with `--pin` and distbench (both pinned as distbench pins).
 """
 
 from __future__ import annotations
@@ -229,6 +234,51 @@ def startup_section(startup: dict) -> list[str]:
     return lines + [""]
 
 
+PINNING_SECTION = "## Adapter overhead at the same pinning (MNIST)"
+# the four runs of a same-pinning round: (side, pinned)
+PINNING_RUNS = (("hand", False), ("distbench", False), ("hand", True), ("distbench", True))
+
+
+def pinning_rows(backend: str, n: int, pairs: int, steps: int, tmp: Path) -> list[dict]:
+    """Rounds of the four runs (hand-written and distbench, each unpinned and pinned), the hand-written loop
+    first in odd rounds and distbench first in even ones; samples/s keyed like PINNING_RUNS."""
+    threads = max(1, available_cpus() // n)
+    rounds = []
+    for i in range(pairs):
+        order = PINNING_RUNS if i % 2 == 0 else (PINNING_RUNS[1], PINNING_RUNS[0], PINNING_RUNS[3], PINNING_RUNS[2])
+        measured = {}
+        for side, pinned in order:
+            if side == "hand":
+                measured[side, pinned] = hand_written(backend, n, steps, threads, extra=("--pin",) if pinned else ())
+            else:
+                args = () if pinned else ("--no-pin-cores",)
+                measured[side, pinned] = distbench_run(backend, n, steps, threads, tmp, args)["samples_per_sec"]
+        print(f"{backend} x{n} round {i + 1}: " + ", ".join(f"{s}{' pinned' if p else ''} {v:.0f}"
+              for (s, p), v in measured.items()), file=sys.stderr, flush=True)  # fmt: skip
+        rounds.append(measured)
+    return rounds
+
+
+def pinning_section(results: dict[tuple[str, int], list[dict]], pairs: int, steps: int, command_line: str) -> list:
+    med = statistics.median
+    lines = [PINNING_SECTION, "",
+             f"Produced by `{command_line}` on {machine()}: MNIST, {steps} steps, {pairs} rounds; each round runs "
+             "the hand-written loop and distbench both unpinned (the loop as the examples run, distbench "
+             "`--no-pin-cores`) and both pinned (the loop with `--pin`: every thread on the local rank's cores as "
+             "distbench pins by default), the loop first in odd rounds. Ratios are distbench / hand-written within "
+             "a round.", "",
+             "| backend | world | pinning | hand-written samples/s | distbench samples/s | ratio (median) | ratios |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for (backend, n), rounds in results.items():
+        for pinned in (False, True):
+            hand, ours = [r["hand", pinned] for r in rounds], [r["distbench", pinned] for r in rounds]
+            ratios = [b / a for a, b in zip(hand, ours, strict=True)]
+            per_round = " ".join(f"{x:.3f}" for x in ratios)
+            lines.append(f"| {backend} | {n} | {'both pinned' if pinned else 'neither'} | {med(hand):.0f} | "
+                         f"{med(ours):.0f} | **{med(ratios):.3f}** | {per_round} |")  # fmt: skip
+    return lines + [""]
+
+
 def main(
     pairs: Annotated[int, typer.Option(help="A/B pairs per configuration.")] = 3,
     steps: Annotated[int, typer.Option(help="Training steps per run (5 of them warm-up).")] = 300,
@@ -240,7 +290,18 @@ def main(
     ceiling_only: Annotated[
         bool, typer.Option(help="Only measure the two-process ceiling; replace its section of --out.")
     ] = False,
+    same_pinning: Annotated[
+        bool, typer.Option(help="Only the hand-written loop and distbench at the same pinning (MNIST); its section.")
+    ] = False,
 ) -> None:
+    if same_pinning:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = {(b, n): pinning_rows(b, n, pairs, steps, Path(tmp)) for b in backends.split(",")
+                       for n in (int(w) for w in world_sizes.split(",")) if n > 1}  # fmt: skip
+        section = pinning_section(results, pairs, steps, "python -m benchmarks.overhead " + " ".join(sys.argv[1:]))
+        out.write_text(replace_section(out.read_text() if out.exists() else "", PINNING_SECTION, section) + "\n")
+        print("\n".join(section))
+        return
     if ceiling_only:
         section = ceiling_section(pairs, steps)
         out.write_text(replace_section(out.read_text() if out.exists() else "", CEILING_SECTION, section) + "\n")

@@ -12,18 +12,41 @@ from tests.helpers import ROOT, child_env, run_cmd
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
 
 
-def test_overhead_benchmark_runs_every_backend(tmp_path):
+@pytest.mark.parametrize("backend", ["ddp", "horovod"])
+def test_a_pinned_hand_written_loop_runs_on_its_local_ranks_cores(tmp_path, backend):
+    from backends import REGISTRY
+    from distbench.config import available_cpus
+    from distbench.launch import local_argv, resolve
+
+    threads = max(1, available_cpus() // 2)
+    program = ["-m", f"benchmarks.handwritten.{backend}_loop", "--steps", "8", "--threads", str(threads), "--pin"]
+    proc = run_cmd(resolve(local_argv(REGISTRY[backend].launchers[0], program, 2)), timeout=200,
+                   env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
+    line = next(line for line in reversed(proc.stdout.splitlines()) if "{" in line)
+    assert json.loads(line[line.index("{") :])["cores"] == sorted(os.sched_getaffinity(0))[:threads]  # rank 0's
+
+
+def test_overhead_benchmark_writes_its_mnist_sections(tmp_path):
     """The MNIST form rewrites its own sections and leaves the others (BERT, scaling) alone."""
     out = tmp_path / "perf.md"
     out.write_text("# Performance\n\n## BERT sentiment: adapter overhead\n\nkept\n")
-    # ddp and horovod here; the hand-written Accelerate loop runs in the BERT form's test below
+    # ddp here; the hand-written Horovod loop runs in the pinning test above, Accelerate's in the BERT form's test
     run_cmd([sys.executable, "-m", "benchmarks.overhead", "--pairs", "1", "--steps", "12", "--world-sizes", "2",
-             "--backends", "ddp,horovod", "--out", str(out)], timeout=560, env=child_env(tmp_path))  # fmt: skip
+             "--backends", "ddp", "--out", str(out)], timeout=560, env=child_env(tmp_path))  # fmt: skip
     text = out.read_text()
-    for backend in ("ddp", "horovod"):
-        assert f"| {backend} | 2 | 1 |" in text
+    assert "| ddp | 2 | 1 |" in text
     assert "Scaling" in text and "Start-up" in text and "Hardware ceiling" in text
     assert "## BERT sentiment: adapter overhead\n\nkept" in text
+
+
+def test_same_pinning_form_writes_both_pinnings(tmp_path):
+    out = tmp_path / "perf.md"
+    out.write_text("# Performance\n\n## Other\n\nkept\n")
+    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--same-pinning", "--backends", "ddp", "--world-sizes", "2",
+             "--pairs", "1", "--steps", "12", "--out", str(out)], timeout=400, env=child_env(tmp_path))  # fmt: skip
+    text = out.read_text()
+    assert "## Other\n\nkept" in text and "## Adapter overhead at the same pinning (MNIST)" in text
+    assert "| ddp | 2 | neither |" in text and "| ddp | 2 | both pinned |" in text
 
 
 def test_bert_overhead_benchmark_writes_its_section(tmp_path, mr_dir):
@@ -48,9 +71,10 @@ def test_accuracy_benchmark_runs(tmp_path):
 
 def test_scaling_benchmark_runs_every_configuration(tmp_path):
     out = tmp_path / "scaling.md"
-    # every worker mode but lockstep and horovod-grouped, which differ from independent and horovod by one line each
+    # every worker mode but lockstep, horovod-grouped and allreduce-ddp, which differ from independent, horovod and
+    # allreduce-horovod by a line or two each
     run_cmd([sys.executable, "-m", "benchmarks.scaling", "--rounds", "1", "--steps", "5", "--out", str(out),
-             "--modes", "independent,ddp,horovod,allreduce-ddp,allreduce-horovod"], timeout=400,
+             "--modes", "independent,ddp,horovod,allreduce-horovod"], timeout=400,
             env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
     text = out.read_text()
     for label in ("single, batch 32", "x2 independent", "x2 ddp, global 128", "x2 horovod, global 64"):

@@ -5,13 +5,14 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from benchmarks.handwritten.common import Window, args, run_steps, train_step, workload
+from benchmarks.handwritten.common import Window, args, pin, run_steps, train_step, workload
 
 
 def main():
     a = args()
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     torch.set_num_threads(a.threads)  # Accelerate resets it on CPU
+    cores = pin(a)
     model, dataset, collate, loss_of, optimizer_class = workload(a)
     per_process = a.batch_size // accelerator.num_processes
     loader = DataLoader(dataset, batch_size=per_process, shuffle=True, collate_fn=collate, drop_last=True)
@@ -20,7 +21,7 @@ def main():
     window = Window(a.warmup, accelerator.wait_for_everyone)
     run_steps(loader, a.steps, train_step(optimizer, loss_of, accelerator.backward), window)
     window.report(a.batch_size, accelerator.is_main_process, world_size=accelerator.num_processes,
-                  threads=torch.get_num_threads())  # fmt: skip
+                  threads=torch.get_num_threads(), cores=cores)  # fmt: skip
     accelerator.end_training()
 
 

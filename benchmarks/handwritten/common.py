@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 
 import torch
@@ -29,6 +30,7 @@ def args() -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float)
     p.add_argument("--data-dir", default=None, help="bert-sentiment: the rt-polarity folder")
+    p.add_argument("--pin", action="store_true", help="pin each process's threads as distbench does by default")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="ddp_loop.py: DDP's bucket size (its default: 25)")
     a = p.parse_args()
     steps, batch, lr = DEFAULTS[a.task]
@@ -46,6 +48,21 @@ def workload(a: argparse.Namespace):
     torch.manual_seed(0)
     model = ConvNet()
     return model, mnist_in_memory(), None, mnist_loss(model), torch.optim.Adadelta
+
+
+def pin(a: argparse.Namespace) -> list[int] | None:
+    """--pin: every thread of this process on its local rank's block of --threads cores, as distbench pins by
+    default (distbench/affinity.py); called after the library's setup, so that its threads are placed too."""
+    local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("HOROVOD_LOCAL_RANK", "0")))
+    if not a.pin:
+        return None
+    cores = sorted(os.sched_getaffinity(0))[local_rank * a.threads : (local_rank + 1) * a.threads]
+    for tid in [0, *map(int, os.listdir("/proc/self/task"))]:
+        try:
+            os.sched_setaffinity(tid, cores)
+        except ProcessLookupError:  # the thread ended in between
+            pass
+    return cores
 
 
 def mnist_loss(model):

@@ -9,13 +9,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from benchmarks.handwritten.common import Window, args, run_steps, train_step, workload
+from benchmarks.handwritten.common import Window, args, pin, run_steps, train_step, workload
 
 
 def main():
     a = args()
     torch.set_num_threads(a.threads)
     dist.init_process_group("gloo")
+    cores = pin(a)
     rank, world = dist.get_rank(), dist.get_world_size()
     model, dataset, collate, loss_of, optimizer_class = workload(a)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
@@ -24,7 +25,7 @@ def main():
     optimizer = optimizer_class(model.parameters(), lr=a.lr)
     window = Window(a.warmup, dist.barrier)
     run_steps(loader, a.steps, train_step(optimizer, loss_of), window, sampler)
-    window.report(a.batch_size, rank == 0, world_size=world, threads=torch.get_num_threads())
+    window.report(a.batch_size, rank == 0, world_size=world, threads=torch.get_num_threads(), cores=cores)
     dist.destroy_process_group()
 
 

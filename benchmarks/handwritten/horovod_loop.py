@@ -6,13 +6,14 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from benchmarks.handwritten.common import Window, args, run_steps, train_step, workload
+from benchmarks.handwritten.common import Window, args, pin, run_steps, train_step, workload
 
 
 def main():
     a = args()
     hvd.init()
     torch.set_num_threads(a.threads)
+    cores = pin(a)
     model, dataset, collate, loss_of, optimizer_class = workload(a)
     sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank(), seed=0, drop_last=True)
     per_process = a.batch_size // hvd.size()
@@ -23,7 +24,7 @@ def main():
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     window = Window(a.warmup, hvd.barrier)
     run_steps(loader, a.steps, train_step(optimizer, loss_of), window, sampler)
-    window.report(a.batch_size, hvd.rank() == 0, world_size=hvd.size(), threads=torch.get_num_threads())
+    window.report(a.batch_size, hvd.rank() == 0, world_size=hvd.size(), threads=torch.get_num_threads(), cores=cores)
     hvd.shutdown()
 
 
