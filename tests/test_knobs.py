@@ -28,8 +28,7 @@ STEP_TOLERANCE = 0.1
 EVAL_LOSS_TOLERANCE = 0.02
 SETTINGS = {  # name: extra options
     "acc1": [],
-    "acc2": ["--accumulate", "2"],
-    "acc4": ["--accumulate", "4"],
+    "acc2": ["--accumulate", "2"],  # K = 2 exercises every part of the mechanism; a K of 4 added 3 runs, no check
     "fp16": ["--grad-compression", "fp16"],
     "bf16": ["--grad-compression", "bf16"],
 }
@@ -59,10 +58,9 @@ def test_accumulation_matches_the_large_batch_and_single(runs, single_runs):
     backend, r = runs
     assert (r["acc2"]["accumulate"], r["acc2"]["micro_batch_size"], r["acc2"]["global_batch_size"]) == (2, 16, 64)
     assert len(r["acc2"]["loss_history"]) == STEPS  # one value per optimizer step, not per micro-batch
-    for k in ("acc2", "acc4"):
-        diff = _max_diff(r[k], r["acc1"], EQUIVALENCE_STEPS)
-        print(f"{backend} x2 {k} vs acc1: max per-step loss difference {diff:.2e}")
-        assert diff < 1e-4, (k, diff)
+    diff = _max_diff(r["acc2"], r["acc1"], EQUIVALENCE_STEPS)
+    print(f"{backend} x2 acc2 vs acc1: max per-step loss difference {diff:.2e}")
+    assert diff < 1e-4, diff
     diff = _max_diff(r["acc2"], single_runs["acc2"], EQUIVALENCE_STEPS)
     assert diff < 1e-4, diff
     assert _max_diff(single_runs["acc2"], single_runs["acc1"], EQUIVALENCE_STEPS) < 1e-4
@@ -73,14 +71,14 @@ def test_accumulation_matches_the_large_batch_and_single(runs, single_runs):
 @pytest.mark.timeout(900)
 def test_one_gradient_exchange_per_optimizer_step_and_half_the_bytes_in_fp16(runs):
     """Bytes each rank wrote per optimizer step (record: written_bytes_per_step, from /proc/self/io): the
-    MNIST ConvNet's 1.2 MB of fp32 gradients per exchange. Four exchanges per step would be ~4x."""
+    MNIST ConvNet's 1.2 MB of fp32 gradients per exchange. Two exchanges per step (one per micro-batch) would
+    be ~2x."""
     backend, r = runs
     grads = 300_426 * 4  # the ConvNet's parameters, in fp32 bytes
     one = r["acc1"]["written_bytes_per_step"]
     print(f"{backend} x2 bytes per step: " + ", ".join(f"{k} {v['written_bytes_per_step']:.0f}" for k, v in r.items()))
     assert 0.8 * grads < one < 1.5 * grads  # a ring all-reduce of 2: each rank sends about the whole buffer
-    assert r["acc4"]["written_bytes_per_step"] < 1.3 * one  # not 4x: the library skipped 3 of the 4 exchanges
-    assert r["acc2"]["written_bytes_per_step"] < 1.3 * one
+    assert r["acc2"]["written_bytes_per_step"] < 1.3 * one  # not 2x: the library skipped the first exchange
     assert 0.4 * one < r["fp16"]["written_bytes_per_step"] < 0.65 * one  # half the bytes
     if "bf16" in r:
         assert 0.4 * one < r["bf16"]["written_bytes_per_step"] < 0.65 * one
