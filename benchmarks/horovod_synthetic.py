@@ -9,8 +9,8 @@ other: the script (`horovodrun -np N python SCRIPT --no-cuda ...`, OMP_NUM_THREA
 img/sec), distbench's `--task synthetic-resnet` under horovodrun with the same model, per-process batch,
 threads and warm-up (samples/s of its steady-state window). Pinning is measured on both sides, since it is
 what differs most between them by default: the script as Horovod ships it (no pinning) against distbench
-`--no-pin-cores`, and the script with each process pinned by `taskset` to the cores distbench's default
-pinning gives that local rank against distbench's default. Each round runs the four, the script's first in odd
+`--no-pin-cores`, and the script with each process pinned (before its interpreter starts) to the cores distbench's
+default pinning gives that local rank against distbench's default. Each round runs the four, the script's first in odd
 rounds and distbench's in even ones; the table holds the median of the per-round ratios distbench / script at
 the same pinning.
 """
@@ -39,8 +39,11 @@ SECTION = "## Against Horovod's own synthetic benchmark"
 WARMUP = 5  # distbench's warm-up (min(5, steps / 4)); the script is given the same
 
 
-# Each process of the script on the block of cores distbench's pinning gives its local rank (distbench/affinity.py).
-PIN_BY_LOCAL_RANK = 'exec taskset -c "$((HOROVOD_LOCAL_RANK * {t}))-$((HOROVOD_LOCAL_RANK * {t} + {t} - 1))" "$@"'
+# Each process of the script on the block of cores distbench's pinning gives its local rank (distbench/affinity.py:
+# by position among the usable cores), set before the script's interpreter starts, so every thread inherits it.
+PIN_BY_LOCAL_RANK = ("import os, sys; t, r = {t}, int(os.environ['HOROVOD_LOCAL_RANK']); "
+                     "os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[r * t : (r + 1) * t]); "
+                     "os.execv(sys.argv[1], sys.argv[1:])")  # fmt: skip
 
 
 def horovod_script(script: Path, n: int, model: str, batch: int, iters: int, per_iter: int, threads: int,
@@ -50,7 +53,7 @@ def horovod_script(script: Path, n: int, model: str, batch: int, iters: int, per
     cmd = resolve(local_argv(HOROVODRUN, program, n))
     if pin:
         at = cmd.index(sys.executable)
-        cmd[at:at] = ["sh", "-c", PIN_BY_LOCAL_RANK.format(t=threads), "sh"]
+        cmd[at:at] = [sys.executable, "-c", PIN_BY_LOCAL_RANK.format(t=threads)]
     proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(threads)}, capture_output=True,
                           text=True, timeout=1800)  # fmt: skip
     m = re.search(r"Total img/sec on \d+ CPU\(s\): ([\d.]+)", proc.stdout)
@@ -85,7 +88,7 @@ def table(rows: list[tuple[float, float, float, float]]) -> list[str]:
         "| | A img/s | B img/s | B / A (median) | per round |",
         "|---|---|---|---|---|",
         line("unpinned: A = Horovod's script, B = distbench `--no-pin-cores`", 0, 1),
-        line("pinned: A = Horovod's script under `taskset`, B = distbench (default)", 2, 3),
+        line("pinned: A = Horovod's script, pinned as distbench pins, B = distbench (default)", 2, 3),
         line("pinning, Horovod's script: A = unpinned, B = pinned", 0, 2),
         line("pinning, distbench: A = `--no-pin-cores`, B = default", 1, 3),
     ]
@@ -128,7 +131,7 @@ def main(
         f"horovod backend on `--task synthetic-resnet --model {model}` at the same per-process batch (global "
         f"{batch_size * np_}), {np_} processes of {threads} thread(s) under horovodrun, {steps} steps of which "
         f"{WARMUP} warm-up. Each round runs four: both unpinned (the script as Horovod ships it, distbench "
-        "`--no-pin-cores`) and both pinned (the script's processes under `taskset` on the cores distbench's "
+        "`--no-pin-cores`) and both pinned (the script's processes on the cores distbench's "
         "default pinning gives each local rank, distbench as it runs by default), the script's two first in odd "
         "rounds, distbench's in even ones. Differences by construction: the "
         "script reuses one random batch, distbench draws each batch from the seed; the script times "

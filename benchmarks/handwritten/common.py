@@ -52,16 +52,15 @@ def workload(a: argparse.Namespace):
 
 def pin(a: argparse.Namespace) -> list[int] | None:
     """--pin: every thread of this process on its local rank's block of --threads cores, as distbench pins by
-    default (distbench/affinity.py); called after the library's setup, so that its threads are placed too."""
-    local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("HOROVOD_LOCAL_RANK", "0")))
+    default (the same core choice and distbench.affinity.pin_threads); called after the library's setup, so that
+    its threads are placed too. The loop itself stays the library's idiom: only the placement is shared."""
     if not a.pin:
         return None
+    from distbench.affinity import pin_threads
+
+    local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("HOROVOD_LOCAL_RANK", "0")))
     cores = sorted(os.sched_getaffinity(0))[local_rank * a.threads : (local_rank + 1) * a.threads]
-    for tid in [0, *map(int, os.listdir("/proc/self/task"))]:
-        try:
-            os.sched_setaffinity(tid, cores)
-        except ProcessLookupError:  # the thread ended in between
-            pass
+    pin_threads(cores)
     return cores
 
 
