@@ -12,8 +12,10 @@ from tests.helpers import ROOT, child_env, run_cmd
 pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(600)]
 
 
-@pytest.mark.parametrize("backend", ["ddp", "horovod"])
-def test_a_pinned_hand_written_loop_runs_on_its_local_ranks_cores(tmp_path, backend):
+@pytest.mark.parametrize("backend", ["ddp", "accelerate", "horovod"])
+def test_a_pinned_hand_written_loop_runs_on_its_local_ranks_cores_in_step(tmp_path, backend):
+    """Each loop pins as distbench does, and trains through its library's wrapper: its ranks end with the same
+    parameters (the DDP and Accelerate loops once called the module under the wrapper and exchanged nothing)."""
     from backends import REGISTRY
     from distbench.config import available_cpus
     from distbench.launch import local_argv, resolve
@@ -23,7 +25,9 @@ def test_a_pinned_hand_written_loop_runs_on_its_local_ranks_cores(tmp_path, back
     proc = run_cmd(resolve(local_argv(REGISTRY[backend].launchers[0], program, 2)), timeout=200,
                    env=child_env(tmp_path), cwd=ROOT)  # fmt: skip
     line = next(line for line in reversed(proc.stdout.splitlines()) if "{" in line)
-    assert json.loads(line[line.index("{") :])["cores"] == sorted(os.sched_getaffinity(0))[:threads]  # rank 0's
+    result = json.loads(line[line.index("{") :])
+    assert result["cores"] == sorted(os.sched_getaffinity(0))[:threads]  # rank 0's
+    assert result["rank_spread"] == 0.0  # the gradients were exchanged: every rank ends with the same parameters
 
 
 def test_overhead_benchmark_writes_its_mnist_sections(tmp_path):
@@ -39,21 +43,43 @@ def test_overhead_benchmark_writes_its_mnist_sections(tmp_path):
     assert "## BERT sentiment: adapter overhead\n\nkept" in text
 
 
-def test_same_pinning_form_writes_both_pinnings(tmp_path):
+def test_same_pinning_form_alternates_and_pins_both_sides_alike(tmp_path, monkeypatch):
+    """The --same-pinning form's rounds, with its two runners recorded instead of launched (both run for real
+    elsewhere: the pinned loops above, distbench --no-pin-cores in test_multiprocess.py): each round runs both
+    sides unpinned and pinned, the side first alternates, and the ratios are distbench / hand-written within
+    a round."""
+    from typer.testing import CliRunner
+
+    from benchmarks import overhead
+
+    calls, speeds = [], iter(range(1000, 2000, 100))
+    monkeypatch.setattr(overhead, "hand_written", lambda b, n, steps, threads, extra=(): calls.append(("hand", extra))
+                        or next(speeds))  # fmt: skip
+    monkeypatch.setattr(overhead, "distbench_run", lambda b, n, steps, threads, tmp, args=(): calls.append(
+        ("distbench", args)) or {"samples_per_sec": next(speeds)})  # fmt: skip
     out = tmp_path / "perf.md"
     out.write_text("# Performance\n\n## Other\n\nkept\n")
-    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--same-pinning", "--backends", "ddp", "--world-sizes", "2",
-             "--pairs", "1", "--steps", "12", "--out", str(out)], timeout=400, env=child_env(tmp_path))  # fmt: skip
+    app = overhead.typer.Typer()
+    app.command()(overhead.main)
+    result = CliRunner().invoke(app, ["--same-pinning", "--backends", "ddp", "--world-sizes", "1,2", "--pairs", "2",
+                                      "--steps", "12", "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    unpinned, pinned = ("hand", ()), ("hand", ("--pin",))
+    ours, ours_pinned = ("distbench", ("--no-pin-cores",)), ("distbench", ())
+    assert calls == [unpinned, ours, pinned, ours_pinned, ours, unpinned, ours_pinned, pinned]  # x1 skipped
     text = out.read_text()
     assert "## Other\n\nkept" in text and "## Adapter overhead at the same pinning (MNIST)" in text
-    assert "| ddp | 2 | neither |" in text and "| ddp | 2 | both pinned |" in text
+    # speeds in call order: round 1 1000 1100 1200 1300, round 2 (distbench first) 1400 1500 1600 1700
+    assert "| ddp | 2 | neither | 1250 | 1250 | **1.017** | 1.100 0.933 |" in text
+    assert "| ddp | 2 | both pinned | 1450 | 1450 | **1.012** | 1.083 0.941 |" in text
 
 
-def test_bert_overhead_benchmark_writes_its_section(tmp_path, mr_dir):
-    """The BERT form replaces its own section of the performance document and leaves the rest alone."""
+def test_bert_overhead_benchmark_writes_its_section(tmp_path, mini_mr):
+    """The BERT form replaces its own section of the performance document and leaves the rest alone (the bundled
+    MiniLM on the tests' small MR-format corpus: the mechanics, not the speed)."""
     out = tmp_path / "perf.md"
     out.write_text("# Performance\n\n## MNIST\n\nkept\n")
-    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--task", "bert-sentiment", "--data-dir", str(mr_dir),
+    run_cmd([sys.executable, "-m", "benchmarks.overhead", "--task", "bert-sentiment", "--data-dir", str(mini_mr),
              "--backends", "accelerate", "--world-sizes", "2", "--pairs", "1", "--steps", "6", "--out", str(out)],
             timeout=400, env=child_env(tmp_path))  # fmt: skip
     text = out.read_text()

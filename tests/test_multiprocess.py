@@ -55,6 +55,12 @@ def test_exact_evaluation_at_world_size_3(tmp_path):
     assert rec["world_size"] == 3 and rec["eval_count"] == 500  # 167 + 167 + 166, none padded
 
 
+def test_no_pin_cores_leaves_the_processes_unpinned(tmp_path):
+    """Where pinning would apply (two processes, a core each), --no-pin-cores leaves it off."""
+    rec = run_launch(tmp_path, "ddp", 2, ["--max-steps", "2", "--no-pin-cores"])
+    assert rec["environment"]["pinned_cores"] is None and rec["config"]["pin_cores"] is False
+
+
 def test_batch_not_dividing_the_world_fails_cleanly(tmp_path):
     proc = run_cmd(launch("ddp", 2, ["--batch-size", "63", *COMMON]), timeout=120, env=_env(tmp_path), expect_rc=None)
     assert proc.returncode != 0

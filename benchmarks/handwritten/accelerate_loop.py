@@ -5,7 +5,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from benchmarks.handwritten.common import Window, args, pin, run_steps, train_step, workload
+from benchmarks.handwritten.common import Window, args, param_sample, pin, rank_spread, run_steps, train_step, workload
 
 
 def main():
@@ -13,15 +13,16 @@ def main():
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
     torch.set_num_threads(a.threads)  # Accelerate resets it on CPU
     cores = pin(a)
-    model, dataset, collate, loss_of, optimizer_class = workload(a)
+    model, dataset, collate, loss, optimizer_class = workload(a)
     per_process = a.batch_size // accelerator.num_processes
     loader = DataLoader(dataset, batch_size=per_process, shuffle=True, collate_fn=collate, drop_last=True)
     optimizer = optimizer_class(model.parameters(), lr=a.lr)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     window = Window(a.warmup, accelerator.wait_for_everyone)
-    run_steps(loader, a.steps, train_step(optimizer, loss_of, accelerator.backward), window)
+    run_steps(loader, a.steps, train_step(model, optimizer, loss, accelerator.backward), window)
+    spread = rank_spread(accelerator.gather(param_sample(model)))
     window.report(a.batch_size, accelerator.is_main_process, world_size=accelerator.num_processes,
-                  threads=torch.get_num_threads(), cores=cores)  # fmt: skip
+                  threads=torch.get_num_threads(), cores=cores, rank_spread=spread)  # fmt: skip
     accelerator.end_training()
 
 

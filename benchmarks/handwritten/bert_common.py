@@ -49,8 +49,8 @@ def collate(pad_id: int):
     return pad
 
 
-def bert_loss(model):
-    return lambda b: F.cross_entropy(model(input_ids=b[0], attention_mask=b[1]).logits, b[2])
+def bert_loss(model, b) -> torch.Tensor:
+    return F.cross_entropy(model(input_ids=b[0], attention_mask=b[1]).logits, b[2])
 
 
 def model_and_data(data_dir: str | None):

@@ -39,15 +39,16 @@ def args() -> argparse.Namespace:
 
 
 def workload(a: argparse.Namespace):
-    """(model, dataset, collate or None, loss of a batch, optimizer class) of the task, seeded alike everywhere."""
+    """(model, dataset, collate or None, loss(model, batch), optimizer class) of the task, seeded alike everywhere.
+    The loss takes the model it is called with: the step must call the library's wrapper (DDP's forward is what
+    arms its gradient all-reduce), not the module it wraps."""
     if a.task == "bert-sentiment":
         from benchmarks.handwritten.bert_common import bert_loss, model_and_data
 
         model, dataset, collate = model_and_data(a.data_dir)
-        return model, dataset, collate, bert_loss(model), torch.optim.AdamW
+        return model, dataset, collate, bert_loss, torch.optim.AdamW
     torch.manual_seed(0)
-    model = ConvNet()
-    return model, mnist_in_memory(), None, mnist_loss(model), torch.optim.Adadelta
+    return ConvNet(), mnist_in_memory(), None, mnist_loss, torch.optim.Adadelta
 
 
 def pin(a: argparse.Namespace) -> list[int] | None:
@@ -64,19 +65,32 @@ def pin(a: argparse.Namespace) -> list[int] | None:
     return cores
 
 
-def mnist_loss(model):
-    return lambda batch: F.nll_loss(model(batch[0]), batch[1])
+def mnist_loss(model, batch) -> torch.Tensor:
+    return F.nll_loss(model(batch[0]), batch[1])
 
 
-def train_step(optimizer, loss_of, backward=torch.Tensor.backward):
-    """The examples' step: zero_grad, the batch's loss, backward (the library's own where it has one), step."""
+def train_step(model, optimizer, loss, backward=torch.Tensor.backward):
+    """The examples' step: zero_grad, the batch's loss through `model` (the library's wrapper), backward (the
+    library's own where it has one), step."""
 
     def step(batch) -> None:
         optimizer.zero_grad()
-        backward(loss_of(batch))
+        backward(loss(model, batch))
         optimizer.step()
 
     return step
+
+
+def param_sample(model) -> torch.Tensor:
+    """Every 97th parameter value, in the module's order, as a (1, n) float64 row: the loops gather it from every
+    rank at the end, and the rows are equal only if the gradients were really exchanged."""
+    flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+    return flat[::97].double().unsqueeze(0)
+
+
+def rank_spread(rows: torch.Tensor) -> float:
+    """The largest difference of any sampled parameter between any rank and rank 0 (`rows`: one per rank)."""
+    return float((rows - rows[0]).abs().max())
 
 
 def run_steps(loader, steps: int, train_step, window: Window, sampler=None) -> None:

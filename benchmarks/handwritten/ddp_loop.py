@@ -9,7 +9,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from benchmarks.handwritten.common import Window, args, pin, run_steps, train_step, workload
+from benchmarks.handwritten.common import Window, args, param_sample, pin, rank_spread, run_steps, train_step, workload
 
 
 def main():
@@ -18,14 +18,18 @@ def main():
     dist.init_process_group("gloo")
     cores = pin(a)
     rank, world = dist.get_rank(), dist.get_world_size()
-    model, dataset, collate, loss_of, optimizer_class = workload(a)
+    model, dataset, collate, loss, optimizer_class = workload(a)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
     loader = DataLoader(dataset, batch_size=a.batch_size // world, sampler=sampler, collate_fn=collate, drop_last=True)
     model = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
     optimizer = optimizer_class(model.parameters(), lr=a.lr)
     window = Window(a.warmup, dist.barrier)
-    run_steps(loader, a.steps, train_step(optimizer, loss_of), window, sampler)
-    window.report(a.batch_size, rank == 0, world_size=world, threads=torch.get_num_threads(), cores=cores)
+    run_steps(loader, a.steps, train_step(model, optimizer, loss), window, sampler)
+    mine = param_sample(model)
+    rows = [torch.empty_like(mine) for _ in range(world)]
+    dist.all_gather(rows, mine)
+    window.report(a.batch_size, rank == 0, world_size=world, threads=torch.get_num_threads(), cores=cores,
+                  rank_spread=rank_spread(torch.cat(rows)))  # fmt: skip
     dist.destroy_process_group()
 
 

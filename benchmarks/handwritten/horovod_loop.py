@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from benchmarks.handwritten.common import Window, args, pin, run_steps, train_step, workload
+from benchmarks.handwritten.common import Window, args, param_sample, pin, rank_spread, run_steps, train_step, workload
 
 
 def main():
@@ -14,7 +14,7 @@ def main():
     hvd.init()
     torch.set_num_threads(a.threads)
     cores = pin(a)
-    model, dataset, collate, loss_of, optimizer_class = workload(a)
+    model, dataset, collate, loss, optimizer_class = workload(a)
     sampler = DistributedSampler(dataset, num_replicas=hvd.size(), rank=hvd.rank(), seed=0, drop_last=True)
     per_process = a.batch_size // hvd.size()
     loader = DataLoader(dataset, batch_size=per_process, sampler=sampler, collate_fn=collate, drop_last=True)
@@ -23,8 +23,10 @@ def main():
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     window = Window(a.warmup, hvd.barrier)
-    run_steps(loader, a.steps, train_step(optimizer, loss_of), window, sampler)
-    window.report(a.batch_size, hvd.rank() == 0, world_size=hvd.size(), threads=torch.get_num_threads(), cores=cores)
+    run_steps(loader, a.steps, train_step(model, optimizer, loss), window, sampler)
+    spread = rank_spread(hvd.allgather(param_sample(model)))
+    window.report(a.batch_size, hvd.rank() == 0, world_size=hvd.size(), threads=torch.get_num_threads(), cores=cores,
+                  rank_spread=spread)  # fmt: skip
     hvd.shutdown()
 
 
