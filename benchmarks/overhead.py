@@ -10,9 +10,11 @@ runs its default recipe, as a user would.
 
 For ddp, accelerate and horovod at world sizes 1 and 2, the hand-written loop (benchmarks/handwritten/)
 and `run.py` with the same configuration (MNIST ConvNet, global batch 64, the same threads per process,
-the same steady-state steps after the same warm-up) run alternately, A B A B ..., and the median of the
-per-pair throughput ratios distbench / hand-written is reported. Scaling compares DDP at world size 2
-(1 thread per process) against twice `single` with 1 thread; start-up is launch to first training step.
+the same steady-state steps after the same warm-up) run in pairs, the side that runs first alternating
+(A B, B A, ...), and the median of the per-pair throughput ratios distbench / hand-written is reported. A
+hand-written loop whose ranks end with different parameters (no gradient exchange) is refused. Scaling
+compares DDP at world size 2 (1 thread per process) against twice `single` with 1 thread; start-up is launch
+to first training step.
 
 distbench pins each process's threads by default, the hand-written loops (as the libraries' examples) do not.
 `--same-pinning` writes the section that separates the two: in each round the hand-written loop and distbench
@@ -119,7 +121,8 @@ def ceiling_section(pairs: int, steps: int) -> list[str]:
 
 def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs: int, steps: int, tmp: Path,
                   data_dir: Path | None, startup: dict) -> list[tuple]:  # fmt: skip
-    """(backend, world, threads, hand-written median, distbench median, median ratio, per-pair ratios), A B A B."""
+    """(backend, world, threads, hand-written median, distbench median, median ratio, per-pair ratios); within a
+    pair the hand-written loop runs first in odd pairs, distbench in even ones."""
     hand_extra = ("--data-dir", str(data_dir)) if data_dir else ()
     task_args = ("--task", task, *hand_extra)
     rows = []
@@ -127,9 +130,13 @@ def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs:
         for n in world_sizes:
             threads = max(1, available_cpus() // n)
             ratios, hand, ours = [], [], []
-            for _ in range(pairs):
-                a = hand_written(backend, n, steps, threads, task, hand_extra)
-                rec = distbench_run(backend, n, steps, threads, tmp, task_args)
+            for i in range(pairs):
+                if i % 2 == 0:  # the side that runs first alternates: A B, B A, ...
+                    a = hand_written(backend, n, steps, threads, task, hand_extra)
+                    rec = distbench_run(backend, n, steps, threads, tmp, task_args)
+                else:
+                    rec = distbench_run(backend, n, steps, threads, tmp, task_args)
+                    a = hand_written(backend, n, steps, threads, task, hand_extra)
                 b = rec["samples_per_sec"]
                 hand.append(a)
                 ours.append(b)
@@ -167,8 +174,9 @@ def bert_section(rows: list[tuple], pairs: int, steps: int, command_line: str) -
         "(`benchmarks/handwritten/*_loop.py --task bert-sentiment`) "
         "are plain fine-tuning loops in each library's idiom: AdamW over all parameters, per-batch padding, "
         "DistributedSampler (DDP, Horovod) or Accelerate's `prepare`, default library settings, no clipping, no "
-        "schedule. distbench runs its default BERT recipe (docs/bert.md). Runs alternate A B A B; the ratio is "
-        "distbench / hand-written per pair.",
+        "schedule. distbench runs its default BERT recipe (docs/bert.md). The side that runs first alternates by "
+        "pair (A B, B A, ...); the ratio is distbench / hand-written per pair. Each loop's ranks end with the same "
+        "parameters (checked: `rank_spread`).",
         "",
         *table(rows),
         "",
@@ -199,8 +207,9 @@ def mnist_section(rows: list[tuple], pairs: int, steps: int) -> list[str]:
         "ConvNet, global batch 64, bundled 4,500 training digits. The hand-written loops (`benchmarks/handwritten/`) "
         "follow each library's own examples: DataLoader over an in-memory TensorDataset with DistributedSampler "
         "(DDP, Horovod) or Accelerate's `prepare`. Both sides: same global batch, threads per process "
-        "(cores / processes), warm-up and steady-state steps. Runs alternate A B A B; the ratio is "
-        "distbench / hand-written per pair.",
+        "(cores / processes), warm-up and steady-state steps. The side that runs first alternates by pair (A B, "
+        "B A, ...); the ratio is distbench / hand-written per pair. Each loop's ranks end with the same parameters "
+        "(checked: `rank_spread`).",
         "",
         *table(rows),
         "",
