@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -119,6 +120,16 @@ def ceiling_section(pairs: int, steps: int) -> list[str]:
     ]
 
 
+def alternate(i: int, first, second) -> tuple:
+    """Pair `i` of a series: `first()` then `second()` for even i, the other way round for odd i (A B, B A, ...),
+    so that an order effect cannot pass for a difference; returns (first's result, second's result)."""
+    if i % 2 == 0:
+        a = first()
+        return a, second()
+    b = second()
+    return first(), b
+
+
 def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs: int, steps: int, tmp: Path,
                   data_dir: Path | None, startup: dict) -> list[tuple]:  # fmt: skip
     """(backend, world, threads, hand-written median, distbench median, median ratio, per-pair ratios); within a
@@ -131,12 +142,8 @@ def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs:
             threads = max(1, available_cpus() // n)
             ratios, hand, ours = [], [], []
             for i in range(pairs):
-                if i % 2 == 0:  # the side that runs first alternates: A B, B A, ...
-                    a = hand_written(backend, n, steps, threads, task, hand_extra)
-                    rec = distbench_run(backend, n, steps, threads, tmp, task_args)
-                else:
-                    rec = distbench_run(backend, n, steps, threads, tmp, task_args)
-                    a = hand_written(backend, n, steps, threads, task, hand_extra)
+                a, rec = alternate(i, partial(hand_written, backend, n, steps, threads, task, hand_extra),
+                                   partial(distbench_run, backend, n, steps, threads, tmp, task_args))  # fmt: skip
                 b = rec["samples_per_sec"]
                 hand.append(a)
                 ours.append(b)
@@ -252,24 +259,20 @@ def startup_section(startup: dict) -> list[str]:
 
 
 PINNING_SECTION = "## Adapter overhead at the same pinning (MNIST)"
-# the four runs of a same-pinning round: (side, pinned)
-PINNING_RUNS = (("hand", False), ("distbench", False), ("hand", True), ("distbench", True))
 
 
 def pinning_rows(backend: str, n: int, pairs: int, steps: int, tmp: Path) -> list[dict]:
-    """Rounds of the four runs (hand-written and distbench, each unpinned and pinned), the hand-written loop
-    first in odd rounds and distbench first in even ones; samples/s keyed like PINNING_RUNS."""
+    """Rounds of four runs: the hand-written loop and distbench both unpinned, then both pinned, each pair in
+    `alternate`'s order (the loop first in odd rounds); samples/s keyed (side, pinned)."""
     threads = max(1, available_cpus() // n)
     rounds = []
     for i in range(pairs):
-        order = PINNING_RUNS if i % 2 == 0 else (PINNING_RUNS[1], PINNING_RUNS[0], PINNING_RUNS[3], PINNING_RUNS[2])
         measured = {}
-        for side, pinned in order:
-            if side == "hand":
-                measured[side, pinned] = hand_written(backend, n, steps, threads, extra=("--pin",) if pinned else ())
-            else:
-                args = () if pinned else ("--no-pin-cores",)
-                measured[side, pinned] = distbench_run(backend, n, steps, threads, tmp, args)["samples_per_sec"]
+        for pinned in (False, True):
+            hand = partial(hand_written, backend, n, steps, threads, extra=("--pin",) if pinned else ())
+            ours = partial(distbench_run, backend, n, steps, threads, tmp, () if pinned else ("--no-pin-cores",))
+            measured["hand", pinned], rec = alternate(i, hand, ours)
+            measured["distbench", pinned] = rec["samples_per_sec"]
         print(f"{backend} x{n} round {i + 1}: " + ", ".join(f"{s}{' pinned' if p else ''} {v:.0f}"
               for (s, p), v in measured.items()), file=sys.stderr, flush=True)  # fmt: skip
         rounds.append(measured)
