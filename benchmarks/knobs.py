@@ -44,7 +44,7 @@ def sweep(out: Path, repeats: int, steps: int) -> str:
 
 
 def table(out: Path) -> list[str]:
-    records, _ = load([out])
+    records = load([out]).records
     configs = [c for c in configurations(records) if c.backend in BACKENDS]
     lines = ["| backend x2 | accumulate | compression | samples/s median (95 % CI, or min-max) | vs plain (paired) | "
              "final loss | bytes written per step | runs ok |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip

@@ -96,7 +96,8 @@ def main(
 ) -> None:
     text = out.read_text() if out.exists() else "# Network\n"
     for d in dirs:
-        records, sweeps = load([d])
+        loaded = load([d])
+        records, sweeps = loaded.records, loaded.sweeps
         configs = configurations(records)
         for task in dict.fromkeys(c.task for c in configs):
             section = task_section(task, configs, sweeps[0])

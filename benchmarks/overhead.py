@@ -1,4 +1,5 @@
-"""Adapter overhead, scaling and start-up: distbench against hand-written loops in each library's idiom.
+"""Adapter overhead and scaling: distbench against hand-written loops in each library's idiom (start-up has its own
+benchmark, benchmarks/startup.py).
 
     python -m benchmarks.overhead [--pairs 3] [--steps 300] [--out docs/performance.md]
     python -m benchmarks.overhead --task bert-sentiment --data-dir DIR [--pairs 5] [--steps 40] [--world-sizes 2]
@@ -13,8 +14,7 @@ and `run.py` with the same configuration (MNIST ConvNet, global batch 64, the sa
 the same steady-state steps after the same warm-up) run in pairs, the side that runs first alternating
 (A B, B A, ...), and the median of the per-pair throughput ratios distbench / hand-written is reported. A
 hand-written loop whose ranks end with different parameters (no gradient exchange) is refused. Scaling
-compares DDP at world size 2 (1 thread per process) against twice `single` with 1 thread; start-up is launch
-to first training step.
+compares DDP at world size 2 (1 thread per process) against twice `single` with 1 thread.
 
 distbench pins each process's threads by default, the hand-written loops (as the libraries' examples) do not.
 `--same-pinning` writes the section that separates the two: in each round the hand-written loop and distbench
@@ -24,14 +24,11 @@ distbench pins each process's threads by default, the hand-written loops (as the
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Annotated
@@ -39,11 +36,9 @@ from typing import Annotated
 import typer
 
 from backends import REGISTRY, command
+from benchmarks.harness import ROOT, alternate, child_env, last_json, machine, run_checked, write_section
 from distbench.config import available_cpus
 from distbench.launch import local_argv, resolve
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 BERT_SECTION = "## BERT sentiment: adapter overhead"
 # The hand-written loops gather a sample of every rank's parameters at the end (benchmarks/handwritten/common.py:
@@ -52,20 +47,11 @@ BERT_SECTION = "## BERT sentiment: adapter overhead"
 RANK_SPREAD_MAX = 1e-6
 
 
-def _env() -> dict:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "PYTHONUNBUFFERED": "1"}
-
-
 def hand_written(backend: str, n: int, steps: int, threads: int, task: str = "mnist", extra: tuple = ()) -> float:
     module = f"benchmarks.handwritten.{backend}_loop"
     program = ["-m", module, "--task", task, "--steps", str(steps), "--threads", str(threads), *extra]
     cmd = resolve(local_argv(REGISTRY[backend].launchers[0], program, n))
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    # horovodrun prefixes each output line with the rank: "[0]<stdout>:{...}"
-    line = next(line for line in reversed(proc.stdout.splitlines()) if "{" in line)
-    result = json.loads(line[line.index("{") :])
+    result = last_json(run_checked(cmd).stdout)
     if result["rank_spread"] > RANK_SPREAD_MAX:  # a loop whose ranks diverged exchanged no gradients
         raise RuntimeError(f"{' '.join(cmd)}: the ranks' parameters differ by {result['rank_spread']:.3g} at the end; "
                            "a baseline that does not exchange gradients is no baseline")  # fmt: skip
@@ -76,14 +62,8 @@ def distbench_run(backend: str, n: int, steps: int, threads: int, tmp: Path, tas
     out = tmp / f"{backend}-{n}-{time.monotonic_ns()}.json"
     # warm-up of 5 steps (min(5, steps/4)) as in the hand-written loops
     args = ["--max-steps", str(steps), "--threads", str(threads), "--no-progress", "--output", str(out), *task_args]
-    started = time.time()
-    cmd = command(backend, n, args)
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    rec = json.loads(out.read_text())
-    rec["launch_to_first_step_s"] = rec["first_step_unix"] - started
-    return rec
+    run_checked(command(backend, n, args))
+    return json.loads(out.read_text())
 
 
 def ceiling(steps: int, tmp: Path) -> tuple[float, float]:
@@ -91,7 +71,7 @@ def ceiling(steps: int, tmp: Path) -> tuple[float, float]:
     `single` runs (1 thread each) started together, their throughputs summed; and one alone."""
     outs = [tmp / f"ceiling-{i}-{time.monotonic_ns()}.json" for i in range(2)]
     args = lambda out: ["--max-steps", str(steps), "--threads", "1", "--no-progress", "--output", str(out)]  # noqa: E731
-    procs = [subprocess.Popen(command("single", 1, args(o)), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+    procs = [subprocess.Popen(command("single", 1, args(o)), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL) for o in outs]  # fmt: skip
     for p in procs:
         p.wait()
@@ -120,18 +100,8 @@ def ceiling_section(pairs: int, steps: int) -> list[str]:
     ]
 
 
-def alternate(i: int, first, second) -> tuple:
-    """Pair `i` of a series: `first()` then `second()` for even i, the other way round for odd i (A B, B A, ...),
-    so that an order effect cannot pass for a difference; returns (first's result, second's result)."""
-    if i % 2 == 0:
-        a = first()
-        return a, second()
-    b = second()
-    return first(), b
-
-
 def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs: int, steps: int, tmp: Path,
-                  data_dir: Path | None, startup: dict) -> list[tuple]:  # fmt: skip
+                  data_dir: Path | None) -> list[tuple]:  # fmt: skip
     """(backend, world, threads, hand-written median, distbench median, median ratio, per-pair ratios); within a
     pair the hand-written loop runs first in odd pairs, distbench in even ones."""
     hand_extra = ("--data-dir", str(data_dir)) if data_dir else ()
@@ -148,7 +118,6 @@ def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs:
                 hand.append(a)
                 ours.append(b)
                 ratios.append(b / a)
-                startup.setdefault(backend, []).append(rec["launch_to_first_step_s"])
                 print(f"{task} {backend} x{n}: pair {len(ratios)}: hand-written {a:.1f}, distbench {b:.1f} samples/s "
                       f"({b / a:.3f})", file=sys.stderr, flush=True)  # fmt: skip
             rows.append((backend, n, threads, statistics.median(hand), statistics.median(ours),
@@ -165,11 +134,6 @@ def table(rows: list[tuple]) -> list[str]:
         per_pair = " ".join(f"{x:.3f}" for x in rs)
         lines.append(f"| {backend} | {n} | {t} | {h:.1f} | {o:.1f} | **{r:.3f}** | {per_pair} |")
     return lines
-
-
-def machine() -> str:
-    return (f"{datetime.now(UTC).date()}: {platform.processor() or platform.machine()}, {available_cpus()} cores, "
-            f"{platform.platform()}, CPU only (gloo)")  # fmt: skip
 
 
 def bert_section(rows: list[tuple], pairs: int, steps: int, command_line: str) -> list[str]:
@@ -190,20 +154,10 @@ def bert_section(rows: list[tuple], pairs: int, steps: int, command_line: str) -
     ]
 
 
-def replace_section(text: str, header: str, section: list[str]) -> str:
-    """`text` with the section under `header` (up to the next "## " header) replaced, or appended."""
-    body = "\n".join(section)
-    if header not in text:
-        return text.rstrip("\n") + "\n\n" + body
-    start = text.index(header)
-    nxt = text.find("\n## ", start + len(header))
-    return text[:start] + body + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
-
-
 MNIST_SECTION = "## Adapter overhead: distbench / hand-written loop (median of A/B pairs)"
 SCALING_SECTION = "## Scaling: world size 2, 1 thread per process, against twice `single` with 1 thread"
-STARTUP_SECTION = "## Start-up: launch to first training step (median over the runs above, seconds)"
 CEILING_SECTION = "## Hardware ceiling for two processes"
+PINNING_SECTION = "## Adapter overhead at the same pinning (MNIST)"
 
 
 def mnist_section(rows: list[tuple], pairs: int, steps: int) -> list[str]:
@@ -223,13 +177,12 @@ def mnist_section(rows: list[tuple], pairs: int, steps: int) -> list[str]:
     ]
 
 
-def scaling_pairs(backend_list: list[str], pairs: int, steps: int, tmp: Path, startup: dict) -> dict:
+def scaling_pairs(backend_list: list[str], pairs: int, steps: int, tmp: Path) -> dict:
     """Per round: single x1 (1 thread), then each backend x2 (1 thread per process); efficiency against
     twice that round's single."""
     scaling: dict[str, list[float]] = {"single_sps": []}
     for _ in range(pairs):
         rec = distbench_run("single", 1, steps, 1, tmp)
-        startup.setdefault("single", []).append(rec["launch_to_first_step_s"])
         base = rec["samples_per_sec"]
         for backend in backend_list:
             sps = distbench_run(backend, 2, steps, 1, tmp)["samples_per_sec"]
@@ -248,17 +201,6 @@ def scaling_section(scaling: dict, backend_list: list[str]) -> list[str]:
         vs = f"{eff / ddp_eff:.3f}" if ddp_eff else "—"
         lines.append(f"| {backend} | **{eff:.3f}** | {' '.join(f'{x:.3f}' for x in scaling[backend])} | {vs} |")
     return lines + [""]
-
-
-def startup_section(startup: dict) -> list[str]:
-    lines = [STARTUP_SECTION, "", "| backend | median | max |", "|---|---|---|"]
-    for backend, vals in startup.items():
-        if vals:
-            lines.append(f"| {backend} | {statistics.median(vals):.1f} | {max(vals):.1f} |")
-    return lines + [""]
-
-
-PINNING_SECTION = "## Adapter overhead at the same pinning (MNIST)"
 
 
 def pinning_rows(backend: str, n: int, pairs: int, steps: int, tmp: Path) -> list[dict]:
@@ -319,37 +261,33 @@ def main(
             results = {(b, n): pinning_rows(b, n, pairs, steps, Path(tmp)) for b in backends.split(",")
                        for n in (int(w) for w in world_sizes.split(",")) if n > 1}  # fmt: skip
         section = pinning_section(results, pairs, steps, "python -m benchmarks.overhead " + " ".join(sys.argv[1:]))
-        out.write_text(replace_section(out.read_text() if out.exists() else "", PINNING_SECTION, section) + "\n")
+        write_section(out, PINNING_SECTION, section)
         print("\n".join(section))
         return
     if ceiling_only:
         section = ceiling_section(pairs, steps)
-        out.write_text(replace_section(out.read_text() if out.exists() else "", CEILING_SECTION, section) + "\n")
+        write_section(out, CEILING_SECTION, section)
         print("\n".join(section))
         return
     backend_list, sizes = backends.split(","), [int(w) for w in world_sizes.split(",")]
-    startup: dict[str, list[float]] = {}
     if task == "bert-sentiment":
         with tempfile.TemporaryDirectory() as tmp:
-            rows = overhead_rows(task, backend_list, sizes, pairs, steps, Path(tmp), data_dir, startup)
+            rows = overhead_rows(task, backend_list, sizes, pairs, steps, Path(tmp), data_dir)
         command_line = "python -m benchmarks.overhead " + " ".join(sys.argv[1:])
         section = bert_section(rows, pairs, steps, command_line)
-        out.write_text(replace_section(out.read_text() if out.exists() else "", BERT_SECTION, section) + "\n")
+        write_section(out, BERT_SECTION, section)
         print("\n".join(section))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        rows = overhead_rows(task, backend_list, sizes, pairs, steps, Path(tmp), None, startup)
-        scaling = scaling_pairs(backend_list, pairs, steps, Path(tmp), startup)
+        rows = overhead_rows(task, backend_list, sizes, pairs, steps, Path(tmp), None)
+        scaling = scaling_pairs(backend_list, pairs, steps, Path(tmp))
     sections = {
         MNIST_SECTION: mnist_section(rows, pairs, steps),
         SCALING_SECTION: scaling_section(scaling, backend_list),
-        STARTUP_SECTION: startup_section(startup),
         CEILING_SECTION: ceiling_section(pairs, steps),
     }
-    text = out.read_text() if out.exists() else "# Performance\n"
-    for header, section in sections.items():  # only these sections: the BERT and scaling ones stay
-        text = replace_section(text, header, section)
-    out.write_text(text.rstrip("\n") + "\n")
+    for header, section in sections.items():  # only these sections: the BERT, start-up and others stay
+        write_section(out, header, section)
     print("\n\n".join("\n".join(s) for s in sections.values()))
 
 

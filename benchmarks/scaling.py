@@ -41,6 +41,8 @@ from typing import Annotated
 
 import typer
 
+from benchmarks.harness import child_env, last_json
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (label, processes, mode, global batch, per-process baseline batch, pin each process to its own core)
@@ -153,7 +155,7 @@ def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin:
 
     argv = ["-m", "benchmarks.scaling", "--worker", mode, "--batch", str(batch), "--steps", str(steps),
             "--warmup", str(warmup), "--pin" if pin else "--no-pin"]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "OMP_NUM_THREADS": "1", **extra_env}
+    env = child_env(OMP_NUM_THREADS="1", **extra_env)
     launcher = HOROVODRUN if "horovod" in mode else TORCHRUN
     cmd = resolve(local_argv(launcher, argv, nprocs))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -164,9 +166,7 @@ def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin:
             f"scaling worker {mode} x{nprocs} failed (exit {proc.returncode}); the workers' stderr:\n"
             f"{own[-3000:]}\n--- the launcher's report:\n{proc.stderr[len(own) :][-1500:]}"
         )
-    # horovodrun prefixes each output line with the rank: "[0]<stdout>:{...}"
-    line = next(line for line in reversed(proc.stdout.splitlines()) if "{" in line)
-    return json.loads(line[line.index("{") :])
+    return last_json(proc.stdout)
 
 
 def horovod_timeline_section(steps: int, warmup: int) -> list[str]:

@@ -9,17 +9,18 @@ puts the named parts together: `build` (model, optimizer, loaders, scheduler), `
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-import psutil
 import torch
 
 from backends import get_spec
 from backends.base import Backend, ReduceOp
+from data import download
 from distbench import checkpoint, fairness, launch, rng, topology
 from distbench.affinity import pin_process
 from distbench.config import RunConfig, check_output_writable, default_threads, validate
@@ -28,7 +29,7 @@ from distbench.record import Facts, build_record
 from distbench.reporter import Reporter
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
-from distbench.timer import StepTimer
+from distbench.timer import StartupClock, StepTimer
 
 
 def move_to(batch, device: torch.device):
@@ -91,9 +92,13 @@ class Parts:
     data_fingerprint: int  # of this rank's datasets (distbench/fairness.py): the same on every rank, by contract
 
 
-def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter) -> Parts:
-    with backend.main_process_first():
+def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, clock: StartupClock) -> Parts:
+    # The main process loads first (a download lands in the cache before the others read it); on each machine
+    # only its first process may download, the others read what it fetched or fall back as it did.
+    may_download = backend.launch.local_rank == 0
+    with backend.main_process_first(), contextlib.nullcontext() if may_download else download.no_downloads():
         train_ds, test_ds, info = load_datasets(task)
+    clock.mark("data")
     if info.get("notice"):
         reporter.info(info["notice"])
     data_fingerprint = fairness.fingerprint(train_ds, test_ds)
@@ -109,6 +114,7 @@ def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter) -> P
         total_steps = min(total_steps, cfg.max_steps)
     build_scheduler = getattr(task, "build_scheduler", None)  # optional in the Task interface
     scheduler = build_scheduler(optimizer, total_steps, steps_per_epoch) if build_scheduler else None
+    clock.mark("build")
     return Parts(model, optimizer, scheduler, train_loader, test_loader, info, steps_per_epoch, total_steps,
                  data_fingerprint)  # fmt: skip
 
@@ -139,9 +145,9 @@ class Checkpointer:
 
 
 class Trainer:
-    def __init__(self, task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter):
+    def __init__(self, task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, clock: StartupClock):
         self.task, self.backend, self.cfg, self.reporter = task, backend, cfg, reporter
-        self.parts = build(task, backend, cfg, reporter)
+        self.parts = build(task, backend, cfg, reporter, clock)
         self.checkpointer = Checkpointer(cfg, backend, self.parts)
         torch.manual_seed(cfg.seed + 1 + backend.rank)  # dropout masks: a distinct stream per rank
         self.step = 0  # global steps done, counting those before a resume
@@ -258,6 +264,7 @@ def place(backend: Backend, threads: int, pin_cores: bool, node_cores: tuple[int
 
 def run(cfg: RunConfig) -> dict:
     """Check, set up the backend, train, write the record on the main process, tear down."""
+    clock = StartupClock()
     launch_env = launch.current()  # before the backend's setup, which may write launch variables
     spec = get_spec(cfg.backend)
     spec.check_launch(launch_env)
@@ -273,16 +280,19 @@ def run(cfg: RunConfig) -> dict:
     if cfg.checkpoint_dir is not None and checkpoint.path_in(cfg.checkpoint_dir).is_file():
         # checked before any process group starts: a bad checkpoint is one line, exit 2
         resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict(), launch_env.world_size)
-    facts = Facts(proc_start=psutil.Process().create_time(), started_at=datetime.now(UTC).isoformat(timespec="seconds"))
-    backend = spec.load()(launch_env, precision=cfg.precision, timeout_s=cfg.timeout_s, accumulate=cfg.accumulate,
-                          grad_compression=cfg.grad_compression)  # fmt: skip
+    backend_class = spec.load()
+    clock.mark("imports")
+    facts = Facts(clock, started_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    backend = backend_class(launch_env, precision=cfg.precision, timeout_s=cfg.timeout_s, accumulate=cfg.accumulate,
+                            grad_compression=cfg.grad_compression)  # fmt: skip
     backend.setup()
+    clock.mark("process_group")
     torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
     facts.cores = place(backend, threads, cfg.pin_cores, node_cores)
     # No teardown when training fails: destroying a process group whose peer died can block, and a
     # blocked worker keeps torchrun from restarting the group. Process exit releases everything.
     reporter = Reporter(backend.is_main, cfg.progress)
-    trainer = Trainer(task, backend, cfg, reporter)
+    trainer = Trainer(task, backend, cfg, reporter, clock)
     if resume is not None:
         trainer.restore(resume)
     record = build_record(trainer, facts, *trainer.train())

@@ -20,6 +20,7 @@ from backends.base import Backend, ReduceOp
 from distbench import link, topology
 from distbench.affinity import current_cores
 from distbench.config import available_cpus
+from distbench.timer import StartupClock
 
 if TYPE_CHECKING:
     from distbench.loop import Trainer
@@ -28,9 +29,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class Facts:
-    """What the record says about this process beyond training: when it started, its cores."""
+    """What the record says about this process beyond training: its start-up, when it started, its cores."""
 
-    proc_start: float  # unix time the process started (start-up is measured from it)
+    startup: StartupClock  # from the process's start to its first training step
     started_at: str
     cores: list[int] | None = None  # the cores this process is pinned to; None: not pinned
 
@@ -93,6 +94,8 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
     checksum = float(sum(p.detach().double().sum() for p in backend.unwrap(parts.model).parameters()))
     final = evals[-1]
     first_step = timer.first_step_unix
+    if first_step is not None:
+        facts.startup.mark("first_step", at=first_step)
     return {
         "schema_version": distbench.SCHEMA_VERSION,
         "backend": backend.name,
@@ -110,7 +113,8 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "grad_compression": cfg.grad_compression,
         **timer.summary(cfg.batch_size),
         "written_bytes_per_step": written_per_step(backend, timer),
-        "startup_s": (first_step - facts.proc_start) if first_step else None,
+        "startup_s": facts.startup.total_s,  # process start to the end of the first step (None: no step run)
+        "startup_phases_s": facts.startup.phases(),  # where it went (timer.STARTUP_PHASES)
         "first_step_unix": first_step,  # lets a driver measure launch-to-first-step, launcher included
         "peak_rss_mb": peak,
         "final_loss": loss_history[-1] if loss_history else float("nan"),
@@ -137,5 +141,5 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "precision": cfg.precision,
         "config": cfg.to_dict(),
         "started_at": facts.started_at,
-        "wall_time_s": time.time() - facts.proc_start,
+        "wall_time_s": time.time() - facts.startup.process_start,
     }

@@ -11,11 +11,59 @@ change on the wire.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms")
+# Start-up, from the process's start to the end of its first training step, in the order they happen: the imports
+# (torch, distbench, the backend's library), joining the process group (the backend's setup), the datasets (the
+# main process first), building and wrapping model and optimizer, and the first step.
+STARTUP_PHASES = ("imports", "process_group", "data", "build", "first_step")
+
+
+def process_start_unix() -> float:
+    """When this process started, as unix time, to the clock tick: /proc/self/stat's start time (ticks since boot)
+    against the boot-time clock. psutil's create_time adds the ticks to the boot time in whole seconds, up to 1 s
+    off, which is most of a short phase."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            after_name = f.read().rsplit(")", 1)[1].split()
+        started_ticks = int(after_name[19])  # field 22 of the line; the name (field 2) may hold spaces
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - started_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - age
+    except (OSError, ValueError, IndexError, AttributeError):  # no /proc (not Linux)
+        import psutil
+
+        return psutil.Process().create_time()
+
+
+class StartupClock:
+    """Marks the end of each start-up phase (STARTUP_PHASES) on the wall clock, from the process's start."""
+
+    def __init__(self, process_start: float | None = None):
+        self.process_start = process_start_unix() if process_start is None else process_start
+        self.ends: dict[str, float] = {}
+
+    def mark(self, phase: str, at: float | None = None) -> None:
+        assert phase in STARTUP_PHASES, phase
+        self.ends.setdefault(phase, time.time() if at is None else at)
+
+    def phases(self) -> dict[str, float | None]:
+        """Seconds each phase took (None: not reached), from the end of the one before."""
+        out, last = {}, self.process_start
+        for phase in STARTUP_PHASES:
+            end = self.ends.get(phase)
+            out[f"{phase}_s"] = None if end is None else end - last
+            last = last if end is None else end
+        return out
+
+    @property
+    def total_s(self) -> float | None:
+        """Process start to the end of the first step."""
+        end = self.ends.get(STARTUP_PHASES[-1])
+        return None if end is None else end - self.process_start
 
 
 @dataclass

@@ -39,7 +39,7 @@ def test_overhead_benchmark_writes_its_mnist_sections(tmp_path):
              "--backends", "ddp", "--out", str(out)], timeout=560, env=child_env(tmp_path))  # fmt: skip
     text = out.read_text()
     assert "| ddp | 2 | 1 |" in text
-    assert "Scaling" in text and "Start-up" in text and "Hardware ceiling" in text
+    assert "Scaling" in text and "Hardware ceiling" in text
     assert "## BERT sentiment: adapter overhead\n\nkept" in text
 
 
@@ -167,3 +167,14 @@ def test_a_section_is_replaced_not_appended():
     assert once == "# P\n\n## A\n\nnew\n\n## B\n\nb\n"
     assert replace_section(once, "## A", ["## A", "", "new", ""]) == once
     assert replace_section("# P\n", "## C", ["## C", "", "c"]) == "# P\n\n## C\n\nc"
+
+
+def test_startup_benchmark_writes_its_section(tmp_path):
+    """The floors and distbench under one launcher (plain python: the cheapest), the section replaced in place."""
+    out = tmp_path / "perf.md"
+    out.write_text("# Performance\n\n## Other\n\nkept\n")
+    run_cmd([sys.executable, "-m", "benchmarks.startup", "--rounds", "1", "--backends", "single", "--out", str(out)],
+            timeout=120, env=child_env(tmp_path))  # fmt: skip
+    text = out.read_text()
+    assert "## Other\n\nkept" in text and "| single x1 | python |" in text
+    assert "| backend | launcher | imports | process group | data | build | first step | total |" in text

@@ -1,6 +1,7 @@
 """CLI: bad input is one clear line and exit code 2, before any process group starts."""
 
 import sys
+import time
 
 import pytest
 
@@ -99,6 +100,7 @@ def test_help_lists_every_launch_command(tmp_path):
 
 def test_single_run_writes_a_complete_record(tmp_path):
     out = tmp_path / "runs.jsonl"
+    launched = time.time()
     proc = run_py(["--max-steps", "12", "--output", str(out), "--no-progress", "--threads", "1"], tmp_path, expect_rc=0)
     assert "samples/s" in proc.stdout and "accuracy" in proc.stdout
     from distbench.reporter import read_records
@@ -115,6 +117,14 @@ def test_single_run_writes_a_complete_record(tmp_path):
     assert rec["environment"]["threads_per_process"] == 1 and rec["launcher"] == "python"
     assert rec["environment"]["pinned_cores"] is None  # one process: nothing to keep apart
     assert rec["step_time_ms"]["p50"] > 0 and rec["samples_per_sec"] > 0
+    # start-up, from the process's start to the end of the first step, phase by phase
+    from distbench.timer import STARTUP_PHASES
+
+    phases = rec["startup_phases_s"]
+    assert sorted(phases) == sorted(f"{p}_s" for p in STARTUP_PHASES) and all(v >= 0 for v in phases.values())
+    assert sum(phases.values()) == pytest.approx(rec["startup_s"], abs=1e-6)
+    # the start is read to the clock tick (10 ms), so it may fall up to a tick before the launch
+    assert launched - 0.02 < rec["first_step_unix"] - rec["startup_s"] < rec["first_step_unix"]
     # a second run appends; the first record is kept
     run_py(["--max-steps", "2", "--output", str(out), "--no-progress"], tmp_path, expect_rc=0)
     assert len(read_records(out)) == 2

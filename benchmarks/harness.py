@@ -1,0 +1,70 @@
+"""What the benchmarks share: the environment of their child processes, reading a child's JSON line, the order of
+A/B pairs, the machine line of a document and replacing one section of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+from distbench.config import available_cpus
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """Offline, unbuffered: nothing a benchmark run does waits for the network or hides its output."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "DISTBENCH_NO_DOWNLOAD": "1", "PYTHONUNBUFFERED": "1", **extra}
+
+
+def run_checked(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a child from the repository's root; its failure is an error that quotes the end of its stderr."""
+    proc = subprocess.run(cmd, cwd=ROOT, env=env or child_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def last_json(stdout: str) -> dict:
+    """The last JSON object a child printed; horovodrun prefixes each line with its rank ("[0]<stdout>:{...}")."""
+    line = next(line for line in reversed(stdout.splitlines()) if "{" in line)
+    return json.loads(line[line.index("{") :])
+
+
+def alternate(i: int, first, second) -> tuple:
+    """Pair `i` of a series: `first()` then `second()` for even i, the other way round for odd i (A B, B A, ...),
+    so that an order effect cannot pass for a difference; returns (first's result, second's result)."""
+    if i % 2 == 0:
+        a = first()
+        return a, second()
+    b = second()
+    return first(), b
+
+
+def rotate(i: int, items: list) -> list:
+    """Round `i`'s order of several sides: each side first in turn (A B C, B C A, C A B, ...)."""
+    k = i % len(items)
+    return items[k:] + items[:k]
+
+
+def machine() -> str:
+    return (f"{datetime.now(UTC).date()}: {platform.processor() or platform.machine()}, {available_cpus()} cores, "
+            f"{platform.platform()}, CPU only (gloo)")  # fmt: skip
+
+
+def replace_section(text: str, header: str, section: list[str]) -> str:
+    """`text` with the section under `header` (up to the next "## " header) replaced, or appended."""
+    body = "\n".join(section)
+    if header not in text:
+        return text.rstrip("\n") + "\n\n" + body
+    start = text.index(header)
+    nxt = text.find("\n## ", start + len(header))
+    return text[:start] + body + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
+
+
+def write_section(out: Path, header: str, section: list[str]) -> None:
+    """Replace (or append) one section of the document `out`, leaving the others as they are."""
+    out.write_text(replace_section(out.read_text() if out.exists() else "", header, section).rstrip("\n") + "\n")
