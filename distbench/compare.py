@@ -32,6 +32,7 @@ from distbench import link, topology
 from distbench.config import GradCompression, available_cpus
 from distbench.errors import UserError
 from distbench.launch import resolve
+from distbench.reporter import append_line
 
 compare_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
 
@@ -375,8 +376,7 @@ def _run_config(out: Path, task: str, base_args: list[str], run: Planned, round_
                   accumulate=run.accumulate, grad_compression=run.grad_compression, baseline=run.baseline,
                   nodes=run.nodes, link_rate=run.link_rate, round=round_no, order=position,
                   command=started.shell())  # fmt: skip
-    with open(out / "results.jsonl", "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+    append_line(out / "results.jsonl", json.dumps(record, sort_keys=True))
     if record["status"] == "ok":
         msg = f"{record['samples_per_sec']:.1f} samples/s, accuracy {record['eval_accuracy']:.4f}"
     else:

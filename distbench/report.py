@@ -12,12 +12,15 @@ from __future__ import annotations
 import csv
 import json
 import statistics
+import sys
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
 from backends import NAMES
 from distbench import stats
+from distbench.errors import UserError
+from distbench.reporter import read_jsonl
 from distbench.stats import Summary
 
 # what identifies a configuration, with the value a record from before that field existed had
@@ -46,19 +49,37 @@ _MEDIAN_FIELDS = ("startup_s", "launch_to_first_step_s", "peak_rss_mb", "final_l
                   "eval_count", "time_to_target_s", "steps", "epochs")  # fmt: skip
 
 
-def load(dirs: list[Path]) -> tuple[list[dict], list[dict]]:
-    records, sweeps = [], []
+REQUIRED = ("task", "backend", "world_size", "status")  # what a line of results.jsonl must hold to be reported
+
+
+@dataclass
+class Loaded:
+    """The records and sweep descriptions of compare folders, and the lines of results.jsonl that held no record."""
+
+    records: list[dict]
+    sweeps: list[dict]
+    skipped: list[str]  # "FOLDER/results.jsonl line N: why"
+
+
+def load(dirs: list[Path]) -> Loaded:
+    """Every complete record of the folders' results.jsonl; a line cut short (a sweep killed while it wrote, a full
+    disk) or not a compare record is skipped and named."""
+    loaded = Loaded([], [], [])
     for d in dirs:
         path = d / "results.jsonl"
-        lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else []  # interrupted before any
-        for line in lines:
-            if line.strip():
-                rec = json.loads(line)
+        if path.is_file():  # else: interrupted before any run
+            lines = read_jsonl(path)
+            loaded.skipped += [f"{path} {why}" for why in lines.skipped]
+            for number, rec in enumerate(lines.records, 1):
+                missing = [k for k in REQUIRED if k not in rec]
+                if missing:
+                    loaded.skipped.append(f"{path} record {number}: not a compare record (no {', '.join(missing)})")
+                    continue
                 rec.setdefault("round", 1)  # sweeps from before --repeats ran one round
-                records.append(rec)
+                loaded.records.append(rec)
         if (d / "sweep.json").is_file():
-            sweeps.append(json.loads((d / "sweep.json").read_text()))
-    return records, sweeps
+            loaded.sweeps.append(json.loads((d / "sweep.json").read_text()))
+    return loaded
 
 
 def config_key(rec: dict) -> tuple:
@@ -336,7 +357,7 @@ def _steps_line(configs: list[Config]) -> str:
 
 
 def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: str | None = None,
-             baseline: list[dict] | None = None) -> str:  # fmt: skip
+             baseline: list[dict] | None = None, skipped: list[str] = ()) -> str:  # fmt: skip
     configs = configurations(records)
     lines = ["# distbench comparison", ""]
     if built_by:
@@ -365,6 +386,16 @@ def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: s
         "`@RATE` (the shaped link, `unshaped` without one) where they vary.",
         "",
     ]
+    if skipped:
+        lines += [
+            "## Skipped lines",
+            "",
+            "These lines of the results held no complete record (a sweep killed while it "
+            "wrote, a full disk) and are left out of everything above:",
+            "",
+            *[f"- {why}" for why in skipped],
+            "",
+        ]
     lines += _environment_lines(records)
     lines += ["## Commands", ""]
     for s in sweeps:
@@ -484,8 +515,14 @@ def write_report(dirs: list[Path], out: Path, built_by: str | None = None, basel
     `out` is a folder (report.md inside it) or a .md path (plots and CSVs in the folder of the same stem).
     `baseline`: a sweep folder to compare each configuration with (`run.py report --baseline`).
     """
-    records, sweeps = load(dirs)
-    old = load([baseline])[0] if baseline is not None else None
+    loaded = load(dirs)
+    records, sweeps = loaded.records, loaded.sweeps
+    if loaded.skipped and not records:
+        raise UserError(f"no complete record to report in {', '.join(map(str, dirs))} ({len(loaded.skipped)} line(s) "
+                        f"skipped, the first: {loaded.skipped[0]}); nothing was written")  # fmt: skip
+    for why in loaded.skipped:
+        print(f"note: skipped {why}", file=sys.stderr)
+    old = load([baseline]).records if baseline is not None else None
     if out.suffix == ".md":
         md_path, plot_dir = out, out.parent / out.stem
     else:
@@ -496,6 +533,6 @@ def write_report(dirs: list[Path], out: Path, built_by: str | None = None, basel
     _write_csv(plot_dir / "runs.csv", RUN_COLUMNS, run_rows(records, configs))
     plots(records, plot_dir)
     rel = plot_dir.relative_to(md_path.parent) if plot_dir != md_path.parent else Path(".")
-    text = markdown(records, sweeps, str(rel), built_by, old)
+    text = markdown(records, sweeps, str(rel), built_by, old, loaded.skipped)
     md_path.write_text(text, encoding="utf-8")
     return text

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -70,10 +71,8 @@ class Reporter:
 def write_record(record: dict, path: Path) -> None:
     """`.jsonl`: append one line (never rewrites what is there). `.json`: write atomically (temp + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=True)
     if path.suffix == ".jsonl":
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+        append_line(path, json.dumps(record, sort_keys=True))
         return
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -82,7 +81,55 @@ def write_record(record: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def append_line(path: Path, text: str) -> None:
+    """Append `text` as one line of `path`, whole or not at all. A last line that a killed writer left without its
+    newline is ended first, so that this line cannot extend it into a corrupt one; a write that fails midway (a full
+    disk) is cut back to where it began."""
+    data = (text + "\n").encode("utf-8")
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        begin = os.lseek(fd, 0, os.SEEK_END)
+        if begin and os.pread(fd, 1, begin - 1) != b"\n":
+            data = b"\n" + data
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            os.ftruncate(fd, begin)
+            raise
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class JsonLines:
+    """The records of a .jsonl file, and the lines that held none (each "line N: why")."""
+
+    records: list[dict]
+    skipped: list[str]
+
+
+def read_jsonl(path: Path) -> JsonLines:
+    """Every whole record of a .jsonl file; a line cut short (a writer killed mid-line, a full disk) or otherwise
+    not a JSON object is skipped and named, never the end of the reading."""
+    records, skipped = [], []
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            skipped.append(f"line {number}: not a whole JSON record (cut short?)")
+            continue
+        if not isinstance(rec, dict):
+            skipped.append(f"line {number}: a JSON {type(rec).__name__}, not a record")
+            continue
+        records.append(rec)
+    return JsonLines(records, skipped)
+
+
 def read_records(path: Path) -> list[dict]:
     if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        return read_jsonl(path).records
     return [json.loads(path.read_text(encoding="utf-8"))]
