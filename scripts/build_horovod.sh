@@ -18,8 +18,10 @@ torch_version=$("$PY" -c 'import torch; print(torch.__version__)')
 script_hash=$(sha256sum "$0" | cut -c1-12)
 key="hvd${HVD_VERSION}-torch${torch_version}-${script_hash}"
 out="$CACHE/wheels/$key"
-if ls "$out"/horovod-*.whl >/dev/null 2>&1; then
-    ls "$out"/horovod-*.whl | head -n1
+shopt -s nullglob
+built=("$out"/horovod-*.whl)
+if [ ${#built[@]} -gt 0 ]; then
+    echo "${built[0]}"
     exit 0
 fi
 
@@ -50,4 +52,5 @@ export HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET
 "$PY" -m pip wheel --no-build-isolation --no-deps -w "$work/dist" "$src" >&2
 mkdir -p "$out"
 mv "$work"/dist/horovod-*.whl "$out/"
-ls "$out"/horovod-*.whl | head -n1
+built=("$out"/horovod-*.whl)
+echo "${built[0]}"

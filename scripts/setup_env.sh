@@ -3,10 +3,16 @@
 #
 # The venv (~5.5 GB: torch is a CUDA build) lives in a cache outside the clone, keyed by a hash of
 # everything that decides its contents: the dependency lists in pyproject.toml, the Python version,
-# this script and the Horovod build script. A second clone, or a CI run on a fresh clone, reuses it;
+# this script, the check and the Horovod build script. A second clone, or a CI run on a fresh clone, reuses it;
 # changing a dependency builds a new one. On a machine with no cache it builds everything from the
 # package registry (torch and torchvision come from pip's local wheel cache where one exists).
 #
+# The set-up runs in named steps; each one marks itself done in the venv (.step-NAME) when it succeeds. A failed
+# step says its name, what the steps before it built stays, and the next run continues from the failed step:
+# nothing is built or fetched twice (pip keeps what it downloaded in its own cache, the Horovod wheel is cached
+# in $CACHE/wheels). The last step checks the result (scripts/check_env.sh); only then is the venv complete.
+#
+# Usage: scripts/setup_env.sh [--print-venv]   (--print-venv: print where the venv for this checkout is, and stop)
 # Environment: DISTBENCH_CACHE (default ~/.cache/distbench), PYTHON (default python3.11).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +24,7 @@ if ! command -v "$PYTHON" >/dev/null 2>&1; then
     exit 1
 fi
 
+# What decides the venv's contents, read from pyproject.toml (the one place the versions are written).
 deps=$("$PYTHON" - <<'PYEOF'
 import json, sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
@@ -25,34 +32,85 @@ print(json.dumps({"deps": project["dependencies"], "extras": project.get("option
                   "python": sys.version.split()[0]}, sort_keys=True))
 PYEOF
 )
-key=$( { echo "$deps"; cat scripts/setup_env.sh scripts/build_horovod.sh; } | sha256sum | cut -c1-16)
+key=$( { echo "$deps"; cat scripts/setup_env.sh scripts/check_env.sh scripts/build_horovod.sh; } | sha256sum | cut -c1-16)
 venv="$CACHE/venvs/$key"
+if [ "${1:-}" = "--print-venv" ]; then
+    echo "$venv"
+    exit 0
+fi
 
-if [ ! -f "$venv/.complete" ]; then
-    echo "setting up the environment in $venv (first time only: several minutes)" >&2
-    rm -rf "$venv"
+step=""
+say_which_step_failed() {
+    local rc=$?
+    if [ "$rc" -ne 0 ] && [ -n "$step" ]; then
+        echo "error: set-up step '$step' failed (exit $rc); the steps before it are kept in $venv: run the same" \
+             "command again to continue from '$step'" >&2
+    fi
+}
+trap say_which_step_failed EXIT
+
+# run_step NAME COMMAND...: run COMMAND unless step NAME is marked done in the venv; mark it when it succeeds.
+run_step() {
+    local name=$1
+    shift
+    [ -f "$venv/.step-$name" ] && return 0
+    step=$name
+    echo "set-up: $name" >&2
+    "$@"
+    touch "$venv/.step-$name"
+    step=""
+}
+
+new_venv() {
+    rm -rf "$venv"  # a venv cut short before its own step was marked: start it again
     mkdir -p "$CACHE/venvs"
     "$PYTHON" -m venv "$venv"
-    pip=("$venv/bin/python" -m pip --disable-pip-version-check)
-    "${pip[@]}" install --quiet --upgrade pip setuptools wheel
-    # torch first and alone, pinned, so that nothing below can pull a different build.
-    "${pip[@]}" install --quiet "torch==2.14.1" "torchvision==0.29.1"
-    mapfile -t reqs < <("$venv/bin/python" - <<'PYEOF'
-import tomllib
+}
+
+pip_install() {
+    "$venv/bin/python" -m pip --disable-pip-version-check install --quiet "$@"
+}
+
+# requirements GROUP: one requirement per line: "torch" (torch and torchvision, pinned in pyproject.toml), "rest"
+# (every other dependency, the dev extra, and what Horovod needs to build and run).
+requirements() {
+    "$venv/bin/python" - "$1" <<'PYEOF'
+import sys, tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
-for req in project["dependencies"] + project["optional-dependencies"]["dev"]:
-    print(req)
-# Horovod's runtime and build requirements (it is built without build isolation).
-for req in ["cloudpickle", "pyyaml", "packaging", "cffi>=1.4.0"]:
-    print(req)
+reqs = project["dependencies"] + project["optional-dependencies"]["dev"]
+is_torch = lambda req: req.split("==")[0].strip() in ("torch", "torchvision")
+if sys.argv[1] == "torch":
+    print("\n".join(r for r in reqs if is_torch(r)))
+else:
+    # Horovod's runtime and build requirements (it is built without build isolation)
+    print("\n".join([r for r in reqs if not is_torch(r)] + ["cloudpickle", "pyyaml", "packaging", "cffi>=1.4.0"]))
 PYEOF
-)
-    "${pip[@]}" install --quiet "${reqs[@]}"
+}
+
+install_group() {
+    local listed reqs
+    listed=$(requirements "$1")  # a failure here stops the step (a process substitution would hide it)
+    mapfile -t reqs <<<"$listed"
+    pip_install "${reqs[@]}"
+}
+
+install_horovod() {
+    local wheel
     wheel=$(scripts/build_horovod.sh "$venv/bin/python")
-    "${pip[@]}" install --quiet --no-deps "$wheel"
-    "$venv/bin/horovodrun" --check-build | grep -q '\[X\] PyTorch' || {
-        echo "error: the Horovod build does not include PyTorch support" >&2; exit 1; }
+    pip_install --no-deps "$wheel"
+}
+
+if [ ! -f "$venv/.complete" ]; then
+    echo "setting up the environment in $venv (first time only: a few minutes)" >&2
+    run_step venv new_venv
+    run_step tools pip_install --upgrade pip setuptools wheel
+    # torch first and alone, pinned, so that nothing below can pull a different build.
+    run_step torch install_group torch
+    run_step packages install_group rest
+    run_step horovod install_horovod
+    run_step check scripts/check_env.sh "$venv"
     touch "$venv/.complete"
+    echo "set-up: done" >&2
 fi
 
 if [ -e .venv ] && [ ! -L .venv ]; then
