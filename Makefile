@@ -6,8 +6,8 @@ setup:
 	@bash scripts/setup_env.sh
 
 # The main job, offline: ddp, accelerate and horovod at world size 2 against single on MNIST, 5 rounds in
-# shuffled order (about 4 minutes after set-up on 2 cores); prints the table and the verdicts, leaves the
-# report in a new results/demo-<time>/ folder.
+# shuffled order (README: how long it took here); prints the table and the verdicts, leaves the report in a new
+# results/demo-<time>/ folder.
 demo: setup
 	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 2 --max-steps 100 --repeats 5 --out results/demo-$$(date +%Y%m%d-%H%M%S)
 
@@ -21,6 +21,7 @@ test-fast: setup
 bench: setup
 	$(PY) -m benchmarks.accuracy
 	$(PY) -m benchmarks.overhead
+	$(PY) -m benchmarks.startup
 	$(PY) -m benchmarks.scaling --out docs/performance.md --append
 
 # BERT on MR polarity: one epoch over 3 seeds (about 20 minutes here), then distbench against the hand-written

@@ -3,7 +3,9 @@
 An entry names the backend, the class that implements it (imported only when asked for, so a missing
 optional library such as horovod is one clear message for that backend, not an ImportError at start-up),
 the launchers that may start it (the first is its users' usual one: `compare` runs it, `--help` shows it
-first) and a line of help. Adding a backend is one file in this package and one entry here.
+first), a line of help, and whether it is distributed (the one that is not, `single`, is the reference every
+comparison is measured against: REFERENCE; the others: DISTRIBUTED). Adding a backend is one file in this package
+and one entry here.
 """
 
 from __future__ import annotations
@@ -12,7 +14,17 @@ import importlib
 from dataclasses import dataclass
 
 from distbench.errors import BackendUnavailable, UserError
-from distbench.launch import ACCELERATE, BY_HAND, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv, Launcher, local_argv, resolve
+from distbench.launching.launch import (
+    ACCELERATE,
+    BY_HAND,
+    HOROVODRUN,
+    PYTHON,
+    TORCHRUN,
+    LaunchEnv,
+    Launcher,
+    local_argv,
+    resolve,
+)
 
 
 @dataclass(frozen=True)
@@ -21,6 +33,7 @@ class BackendSpec:
     cls: str  # "module:Class"
     launchers: tuple[Launcher, ...]
     help: str
+    distributed: bool = True  # False: one process, no exchange (the reference of speed-up and equivalence)
 
     def program(self, args: list[str]) -> list[str]:
         return ["run.py", "--backend", self.name, *args]
@@ -32,6 +45,13 @@ class BackendSpec:
             raise UserError(
                 f"--backend {self.name} was started by {launch.launcher} with {launch.world_size} process(es), "
                 f"which it cannot join; start it with: {' '.join(first)}"
+            )
+
+    def check_options(self, cfg) -> None:
+        """Options this backend cannot honour (a RunConfig, validated otherwise): one line, before any setup."""
+        if not self.distributed and cfg.grad_compression != "none":
+            raise UserError(
+                f"--grad-compression {cfg.grad_compression}: the {self.name} backend exchanges no gradients; use none"
             )
 
     def load(self):
@@ -47,18 +67,30 @@ class BackendSpec:
 REGISTRY: dict[str, BackendSpec] = {
     spec.name: spec
     for spec in (
-        BackendSpec("single", "backends.single:SingleBackend", (PYTHON,), "one process, no process group"),
-        BackendSpec("ddp", "backends.ddp:DDPBackend", (TORCHRUN, BY_HAND, PYTHON), "PyTorch DistributedDataParallel"),
+        BackendSpec(
+            "single",
+            "distbench.backends.single:SingleBackend",
+            (PYTHON,),
+            "one process, no process group",
+            distributed=False,
+        ),
+        BackendSpec(
+            "ddp", "distbench.backends.ddp:DDPBackend", (TORCHRUN, BY_HAND, PYTHON), "PyTorch DistributedDataParallel"
+        ),
         BackendSpec(
             "accelerate",
-            "backends.accelerate_backend:AccelerateBackend",
+            "distbench.backends.accelerate_backend:AccelerateBackend",
             (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
             "HuggingFace Accelerate",
-        ),  # fmt: skip
-        BackendSpec("horovod", "backends.horovod_backend:HorovodBackend", (HOROVODRUN, PYTHON), "Horovod (gloo)"),
+        ),
+        BackendSpec(
+            "horovod", "distbench.backends.horovod_backend:HorovodBackend", (HOROVODRUN, PYTHON), "Horovod (gloo)"
+        ),
     )
 }
 NAMES = tuple(REGISTRY)
+(REFERENCE,) = (name for name, spec in REGISTRY.items() if not spec.distributed)
+DISTRIBUTED = tuple(name for name, spec in REGISTRY.items() if spec.distributed)
 
 
 def get_spec(name: str) -> BackendSpec:
@@ -95,6 +127,10 @@ def launch_help() -> str:
             block.append(f"{' '.join(several)}   {usual.several_nodes_note}")
         block += [f"(also: {' '.join(other.commands(spec.program([]), 'N')[0])})" for other in others]
         lines += ["\b", f"{spec.name:<11} {block[0]}", *(f"{'':<11} {more}" for more in block[1:]), ""]
-    lines += ["\b", f"{'':<11} ddp and accelerate also join a world whose RANK, WORLD_SIZE, MASTER_ADDR and "
-              "MASTER_PORT are set for each process (srun, mpirun).", ""]  # fmt: skip
+    lines += [
+        "\b",
+        f"{'':<11} ddp and accelerate also join a world whose RANK, WORLD_SIZE, MASTER_ADDR and "
+        "MASTER_PORT are set for each process (srun, mpirun).",
+        "",
+    ]
     return "\n".join(lines)

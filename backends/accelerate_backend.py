@@ -13,10 +13,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from backends.base import Backend, ReduceOp, _own_generator
-from backends.ddp import bucket_cap_mb
-from backends.torchelastic import init_process_group, under_agent_store
-from distbench.launch import LOOPBACK, PYTHON
+from distbench.backends.base import Backend, ReduceOp, _own_generator
+from distbench.backends.ddp import bucket_cap_mb
+from distbench.backends.torchelastic import init_process_group, under_agent_store
+from distbench.launching.launch import LOOPBACK, PYTHON
 from distbench.sharding import GlobalBatchSampler
 
 try:
@@ -33,8 +33,11 @@ except ImportError as e:  # pragma: no cover - exercised only where accelerate i
     raise BackendUnavailable(f"--backend accelerate needs the accelerate package: pip install accelerate ({e})") from e
 
 
-_COMM_HOOKS = {"none": DDPCommunicationHookType.NO, "fp16": DDPCommunicationHookType.FP16,
-               "bf16": DDPCommunicationHookType.BF16}  # fmt: skip
+_COMM_HOOKS = {
+    "none": DDPCommunicationHookType.NO,
+    "fp16": DDPCommunicationHookType.FP16,
+    "bf16": DDPCommunicationHookType.BF16,
+}
 
 
 class AccelerateBackend(Backend):

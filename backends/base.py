@@ -1,7 +1,7 @@
 """The Backend interface: everything that differs between data-parallel libraries lives behind it.
 
 A backend owns process setup, sharding, wrapping, collectives, rank-0 gating and teardown. The
-training loop (distbench/loop.py) talks only to this interface; tasks never see it. Which launchers may
+training loop (distbench/training/loop.py) talks only to this interface; tasks never see it. Which launchers may
 start a backend is said in its registry entry (backends/__init__.py), not here.
 """
 
@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from distbench.launch import LaunchEnv
+from distbench.launching.launch import LaunchEnv
 from distbench.sharding import EvalShardSampler, GlobalBatchSampler
 
 
@@ -44,8 +44,14 @@ class Backend:
 
     name: ClassVar[str] = "base"
 
-    def __init__(self, launch: LaunchEnv, precision: str = "fp32", timeout_s: int = 300, accumulate: int = 1,
-                 grad_compression: str = "none"):  # fmt: skip
+    def __init__(
+        self,
+        launch: LaunchEnv,
+        precision: str = "fp32",
+        timeout_s: int = 300,
+        accumulate: int = 1,
+        grad_compression: str = "none",
+    ):
         self.launch = launch
         self.precision = precision
         self.timeout_s = timeout_s

@@ -11,13 +11,17 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from backends.base import Backend, ReduceOp
-from backends.torchelastic import init_process_group
-from distbench.launch import LOOPBACK, PYTHON, free_port
+from distbench.backends.base import Backend, ReduceOp
+from distbench.backends.torchelastic import init_process_group
+from distbench.launching.launch import LOOPBACK, PYTHON, free_port
 
 # DDP: gloo has no AVG; it is a SUM divided by the world size (the same result as NCCL's AVG).
-_OPS = {ReduceOp.SUM: dist.ReduceOp.SUM, ReduceOp.AVG: dist.ReduceOp.SUM, ReduceOp.MAX: dist.ReduceOp.MAX,
-        ReduceOp.MIN: dist.ReduceOp.MIN}  # fmt: skip
+_OPS = {
+    ReduceOp.SUM: dist.ReduceOp.SUM,
+    ReduceOp.AVG: dist.ReduceOp.SUM,
+    ReduceOp.MAX: dist.ReduceOp.MAX,
+    ReduceOp.MIN: dist.ReduceOp.MIN,
+}
 
 
 SMALL_MODEL_MB = 8.0  # gradients up to this size count as a small model (the MNIST ConvNet: 1.2 MB)

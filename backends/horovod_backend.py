@@ -7,7 +7,7 @@ import os
 import torch
 from torch import nn
 
-from backends.base import Backend, ReduceOp
+from distbench.backends.base import Backend, ReduceOp
 from distbench.errors import BackendUnavailable, UserError
 
 try:
@@ -60,9 +60,12 @@ class HorovodBackend(Backend):
         # gradients are *summed* then (horovod#2497), so the loss is divided by K in backward() (the base
         # class's) to make the result the large batch's mean gradient.
         optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters(), op=hvd.Average,
-            backward_passes_per_step=self.accumulate, compression=_COMPRESSION[self.grad_compression],
-        )  # fmt: skip
+            optimizer,
+            named_parameters=model.named_parameters(),
+            op=hvd.Average,
+            backward_passes_per_step=self.accumulate,
+            compression=_COMPRESSION[self.grad_compression],
+        )
         return model, optimizer, train_loader
 
     def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:

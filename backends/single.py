@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from backends.base import Backend
+from distbench.backends.base import Backend
 
 
 class SingleBackend(Backend):

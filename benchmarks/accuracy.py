@@ -19,9 +19,8 @@ from typing import Annotated
 
 import typer
 
-from backends import command
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import ROOT
+from distbench.backends import REGISTRY, command
 
 
 def main(
@@ -36,11 +35,21 @@ def main(
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends.split(","):
-            n = 1 if backend == "single" else nprocs
+            n = nprocs if REGISTRY[backend].distributed else 1
             for seed in [int(s) for s in seeds.split(",")]:
                 rec_path = Path(tmp) / f"{backend}-{seed}.json"
-                args = ["--epochs", str(epochs), "--seed", str(seed), "--target-accuracy", str(target),
-                        "--no-progress", "--output", str(rec_path), *task_args.split()]  # fmt: skip
+                args = [
+                    "--epochs",
+                    str(epochs),
+                    "--seed",
+                    str(seed),
+                    "--target-accuracy",
+                    str(target),
+                    "--no-progress",
+                    "--output",
+                    str(rec_path),
+                    *task_args.split(),
+                ]
                 cmd = command(backend, n, args)
                 print(f"[{len(rows) + 1}] {' '.join(cmd[-len(args) - 3 :])}", file=sys.stderr, flush=True)
                 subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)
@@ -66,8 +75,13 @@ def main(
         lines.append(
             f"| {backend} | {world} | {seed} | {per_epoch} | {max(accs):.3f} | {accs[-1]:.3f} | {reached} | {sps:.0f} |"
         )
-    lines += ["", "Median over seeds:", "", "| backend | world | median best | median final | runs reaching target |",
-              "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "Median over seeds:",
+        "",
+        "| backend | world | median best | median final | runs reaching target |",
+        "|---|---|---|---|---|",
+    ]
     for backend in backends.split(","):
         mine = [r for r in rows if r[0] == backend]
         best = statistics.median(max(r[3]) for r in mine)

@@ -12,7 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import ROOT
+
 MR = ROOT.parent / "shared" / "data" / "rt-polarity"
 
 
@@ -36,11 +37,24 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
     (tmp / "ckpt" / "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated")
     (tmp / "not-a-tarball.tar.gz").write_bytes(b"<html>a captive portal</html>")
     (tmp / "cache").mkdir()
-    subprocess.run([sys.executable, "run.py", "--max-steps", "4", "--checkpoint-every", "4", "--no-progress",
-                    "--checkpoint-dir", str(tmp / "done"), "--output", str(tmp / "done.json")], cwd=ROOT,
-                   env={**os.environ, "DISTBENCH_NO_DOWNLOAD": "1"}, check=True, capture_output=True)  # fmt: skip
-    bad_mirror = dict(DISTBENCH_NO_DOWNLOAD="0", DISTBENCH_CACHE=str(tmp / "cache"),
-                      DISTBENCH_MR_URL=(tmp / "not-a-tarball.tar.gz").as_uri())  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            *"run.py --max-steps 4 --checkpoint-every 4 --no-progress --checkpoint-dir".split(),
+            str(tmp / "done"),
+            "--output",
+            str(tmp / "done.json"),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "DISTBENCH_NO_DOWNLOAD": "1"},
+        check=True,
+        capture_output=True,
+    )
+    bad_mirror = dict(
+        DISTBENCH_NO_DOWNLOAD="0",
+        DISTBENCH_CACHE=str(tmp / "cache"),
+        DISTBENCH_MR_URL=(tmp / "not-a-tarball.tar.gz").as_uri(),
+    )
     torchrun = dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x")
     bert = ["--task", "bert-sentiment", "--data-dir", str(MR)]
     return [
@@ -74,20 +88,28 @@ def cases(tmp: Path) -> list[tuple[str, list[str], dict]]:
         ("--backend horovod under torchrun", ["--backend", "horovod"], torchrun),
         ("--backend single with 2 processes", ["--backend", "single"], torchrun),
         ("--backend ddp under horovodrun", ["--backend", "ddp"], dict(HOROVOD_RANK="0", HOROVOD_SIZE="2")),
-        ("--accumulate that does not split the batch (torchrun, 2 processes)",
-         ["--backend", "ddp", "--batch-size", "64", "--accumulate", "3"],
-         dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x")),
+        (
+            "--accumulate that does not split the batch (torchrun, 2 processes)",
+            ["--backend", "ddp", "--batch-size", "64", "--accumulate", "3"],
+            dict(RANK="0", WORLD_SIZE="2", LOCAL_RANK="0", TORCHELASTIC_RUN_ID="x"),
+        ),
         ("--grad-compression for the single backend", ["--grad-compression", "fp16"], {}),
-        ("--grad-compression bf16 under horovod", ["--backend", "horovod", "--grad-compression", "bf16"],
-         dict(HOROVOD_RANK="0", HOROVOD_SIZE="1", HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1")),
+        (
+            "--grad-compression bf16 under horovod",
+            ["--backend", "horovod", "--grad-compression", "bf16"],
+            dict(HOROVOD_RANK="0", HOROVOD_SIZE="1", HOROVOD_LOCAL_RANK="0", HOROVOD_LOCAL_SIZE="1"),
+        ),
         ("compare: unknown backend", ["compare", "--backends", "ddp,mpi", "--out", str(tmp / "c")], {}),
         ("compare: no rounds", ["compare", "--repeats", "0", "--out", str(tmp / "c")], {}),
         ("compare: a link rate tc cannot read", ["compare", "--link-rate", "100mb", "--out", str(tmp / "c")], {}),
         ("compare: more simulated nodes than cores", ["compare", "--nodes", "64", "--out", str(tmp / "c")], {}),
         ("simulate: a one-process backend", ["simulate", "--backend", "single"], {}),
-        ("simulate: more horovodrun nodes than local host names", ["simulate", "--backend", "horovod", "--nodes", "3"],
-         {}),
-    ]  # fmt: skip
+        (
+            "simulate: more horovodrun nodes than local host names",
+            ["simulate", "--backend", "horovod", "--nodes", "3"],
+            {},
+        ),
+    ]
 
 
 def main() -> None:
@@ -97,13 +119,16 @@ def main() -> None:
         print("|---|---|---|---|")
         for what, args, env in cases(tmp):
             full_env = {**os.environ, "DISTBENCH_NO_DOWNLOAD": "1", **env}
-            proc = subprocess.run([sys.executable, "run.py", *args], cwd=ROOT, env=full_env, capture_output=True,
-                                  text=True, timeout=120)  # fmt: skip
+            proc = subprocess.run(
+                [sys.executable, "run.py", *args], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120
+            )
             seen = " / ".join(line for line in proc.stderr.strip().splitlines()).replace(str(tmp), "$TMP")
             shown = " ".join(shlex.quote(a) for a in args).replace(str(tmp), "$TMP").replace(str(MR), "$MR")
             env_txt = " ".join(f"{k}={v}" for k, v in env.items() if k != "HF_HUB_OFFLINE").replace(str(tmp), "$TMP")
-            print(f"| {what} | `{(env_txt + ' ') if env_txt else ''}python run.py {shown}` | {proc.returncode} | "
-                  f"{seen.replace('|', '/')} |")  # fmt: skip
+            print(
+                f"| {what} | `{(env_txt + ' ') if env_txt else ''}python run.py {shown}` | {proc.returncode} | "
+                f"{seen.replace('|', '/')} |"
+            )
 
 
 if __name__ == "__main__":

@@ -25,10 +25,8 @@ from typing import Annotated
 
 import typer
 
-from backends import command
-
-ROOT = Path(__file__).resolve().parents[1]
-
+from benchmarks.harness import ROOT, child_env
+from distbench.backends import command
 
 RECIPE = ""  # run.py's defaults: the recipe measured best (docs/bert.md)
 
@@ -49,7 +47,7 @@ def main(
     target: Annotated[float, typer.Option(help="Accuracy the median is held against.")] = 0.84,
     out: Annotated[Path, typer.Option()] = ROOT / "docs" / "bert-accuracy.md",
 ) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env = child_env()
     base = ["--task", "bert-sentiment", *(["--data-dir", str(data_dir.resolve())] if data_dir else []), *recipe.split()]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,10 +62,11 @@ def main(
     accs = [r["eval_accuracy"] for _, r in rows]
     median = statistics.median(accs)
     first = rows[0][1]
-    shown = " ".join(["python -m benchmarks.bert_accuracy", *(["--data-dir", str(data_dir)] if data_dir else []),
-                      "--seeds", seeds]
-                     + (["--backend", backend, "--nprocs", str(nprocs)] if (backend, nprocs) != ("ddp", 2) else [])
-                     + ([f'--recipe "{recipe}"'] if recipe != RECIPE else []))  # fmt: skip
+    shown = " ".join(
+        ["python -m benchmarks.bert_accuracy", *(["--data-dir", str(data_dir)] if data_dir else []), "--seeds", seeds]
+        + (["--backend", backend, "--nprocs", str(nprocs)] if (backend, nprocs) != ("ddp", 2) else [])
+        + ([f'--recipe "{recipe}"'] if recipe != RECIPE else [])
+    )
     lines = [
         "# BERT sentiment: accuracy over seeds",
         "",
@@ -83,13 +82,19 @@ def main(
     for seed, r in rows:
         st = r["step_time_ms"]
         correct = round(r["eval_accuracy"] * r["eval_count"])
-        lines.append(f"| {seed} | {r['eval_accuracy']:.4f} | {correct} / {r['eval_count']} | "
-                     f"{r['samples_per_sec']:.1f} | {st['p50']:.0f} / {st['p90']:.0f} | "
-                     f"{r['peak_rss_mb']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {seed} | {r['eval_accuracy']:.4f} | {correct} / {r['eval_count']} | "
+            f"{r['samples_per_sec']:.1f} | {st['p50']:.0f} / {st['p90']:.0f} | "
+            f"{r['peak_rss_mb']:.0f} |"
+        )
     verdict = "meets" if median >= target else "does not meet"
-    lines += ["", f"**Median over {len(rows)} seeds: {median:.4f}** ({verdict} the {target} target; "
-              f"range {min(accs):.4f}-{max(accs):.4f}). Median samples/s: "
-              f"{statistics.median(r['samples_per_sec'] for _, r in rows):.1f}.", ""]  # fmt: skip
+    lines += [
+        "",
+        f"**Median over {len(rows)} seeds: {median:.4f}** ({verdict} the {target} target; "
+        f"range {min(accs):.4f}-{max(accs):.4f}). Median samples/s: "
+        f"{statistics.median(r['samples_per_sec'] for _, r in rows):.1f}.",
+        "",
+    ]
     out.write_text("\n".join(lines))
     print("\n".join(lines))
 

@@ -51,8 +51,10 @@ def rotate(i: int, items: list) -> list:
 
 
 def machine() -> str:
-    return (f"{datetime.now(UTC).date()}: {platform.processor() or platform.machine()}, {available_cpus()} cores, "
-            f"{platform.platform()}, CPU only (gloo)")  # fmt: skip
+    return (
+        f"{datetime.now(UTC).date()}: {platform.processor() or platform.machine()}, {available_cpus()} cores, "
+        f"{platform.platform()}, CPU only (gloo)"
+    )
 
 
 def replace_section(text: str, header: str, section: list[str]) -> str:

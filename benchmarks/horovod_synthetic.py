@@ -29,33 +29,55 @@ from typing import Annotated
 
 import typer
 
-from backends import command
-from benchmarks.overhead import _env, machine, replace_section
+from benchmarks.harness import ROOT, child_env, machine, replace_section
+from distbench.backends import command
 from distbench.config import available_cpus
-from distbench.launch import HOROVODRUN, local_argv, resolve
+from distbench.launching.launch import HOROVODRUN, local_argv, resolve
+from distbench.training.timer import WARMUP_MAX
 
-ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Against Horovod's own synthetic benchmark"
-WARMUP = 5  # distbench's warm-up (min(5, steps / 4)); the script is given the same
+WARMUP = WARMUP_MAX  # distbench's warm-up (timer.warmup_steps) for these runs; the script is given the same
 
 
-# Each process of the script on the block of cores distbench's pinning gives its local rank (distbench/affinity.py:
-# by position among the usable cores), set before the script's interpreter starts, so every thread inherits it.
-PIN_BY_LOCAL_RANK = ("import os, sys; t, r = {t}, int(os.environ['HOROVOD_LOCAL_RANK']); "
-                     "os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[r * t : (r + 1) * t]); "
-                     "os.execv(sys.argv[1], sys.argv[1:])")  # fmt: skip
+# Each process of the script on the block of cores distbench's pinning gives its local rank
+# (distbench/launching/affinity.py: by position among the usable cores), set before the script's interpreter starts,
+# so every thread inherits it.
+PIN_BY_LOCAL_RANK = (
+    "import os, sys; t, r = {t}, int(os.environ['HOROVOD_LOCAL_RANK']); "
+    "os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[r * t : (r + 1) * t]); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
-def horovod_script(script: Path, n: int, model: str, batch: int, iters: int, per_iter: int, threads: int,
-                   pin: bool = False) -> float:  # fmt: skip
-    program = [str(script), "--no-cuda", "--model", model, "--batch-size", str(batch), "--num-warmup-batches",
-               str(WARMUP), "--num-batches-per-iter", str(per_iter), "--num-iters", str(iters)]  # fmt: skip
+def horovod_script(
+    script: Path, n: int, model: str, batch: int, iters: int, per_iter: int, threads: int, pin: bool = False
+) -> float:
+    program = [
+        str(script),
+        "--no-cuda",
+        "--model",
+        model,
+        "--batch-size",
+        str(batch),
+        "--num-warmup-batches",
+        str(WARMUP),
+        "--num-batches-per-iter",
+        str(per_iter),
+        "--num-iters",
+        str(iters),
+    ]
     cmd = resolve(local_argv(HOROVODRUN, program, n))
     if pin:
         at = cmd.index(sys.executable)
         cmd[at:at] = [sys.executable, "-c", PIN_BY_LOCAL_RANK.format(t=threads)]
-    proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(threads)}, capture_output=True,
-                          text=True, timeout=1800)  # fmt: skip
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env={**child_env(), "OMP_NUM_THREADS": str(threads)},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     m = re.search(r"Total img/sec on \d+ CPU\(s\): ([\d.]+)", proc.stdout)
     if proc.returncode != 0 or not m:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-1500:]}\n{proc.stderr[-1500:]}")
@@ -64,11 +86,31 @@ def horovod_script(script: Path, n: int, model: str, batch: int, iters: int, per
 
 def distbench(n: int, model: str, batch: int, steps: int, threads: int, tmp: Path, pin: bool) -> float:
     out = tmp / f"d-{pin}.json"
-    args = ["--task", "synthetic-resnet", "--model", model, "--batch-size", str(batch * n), "--max-steps", str(steps),
-            "--threads", str(threads), "--no-progress", "--output", str(out), "--force",
-            *([] if pin else ["--no-pin-cores"])]  # fmt: skip
-    proc = subprocess.run(command("horovod", n, args), cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": str(threads)},
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+    args = [
+        "--task",
+        "synthetic-resnet",
+        "--model",
+        model,
+        "--batch-size",
+        str(batch * n),
+        "--max-steps",
+        str(steps),
+        "--threads",
+        str(threads),
+        "--no-progress",
+        "--output",
+        str(out),
+        "--force",
+        *([] if pin else ["--no-pin-cores"]),
+    ]
+    proc = subprocess.run(
+        command("horovod", n, args),
+        cwd=ROOT,
+        env={**child_env(), "OMP_NUM_THREADS": str(threads)},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"distbench failed:\n{proc.stderr[-2000:]}")
     return json.loads(out.read_text())["samples_per_sec"]
@@ -81,8 +123,10 @@ def table(rows: list[tuple[float, float, float, float]]) -> list[str]:
 
     def line(label: str, a: int, b: int) -> str:
         ratios = [r[b] / r[a] for r in rows]
-        return (f"| {label} | {med(r[a] for r in rows):.2f} | {med(r[b] for r in rows):.2f} | **{med(ratios):.3f}** "
-                f"| {' '.join(f'{x:.3f}' for x in ratios)} |")  # fmt: skip
+        return (
+            f"| {label} | {med(r[a] for r in rows):.2f} | {med(r[b] for r in rows):.2f} | **{med(ratios):.3f}** "
+            f"| {' '.join(f'{x:.3f}' for x in ratios)} |"
+        )
 
     return [
         "| | A img/s | B img/s | B / A (median) | per round |",
@@ -115,15 +159,21 @@ def main(
             for side, pin in itertools.product(("script", "distbench")[:: 1 if i % 2 == 0 else -1], (False, True)):
                 measured[side, pin] = (
                     horovod_script(script, np_, model, batch_size, iters, batches_per_iter, threads, pin)
-                    if side == "script" else distbench(np_, model, batch_size, steps, threads, Path(d), pin)
-                )  # fmt: skip
+                    if side == "script"
+                    else distbench(np_, model, batch_size, steps, threads, Path(d), pin)
+                )
             script_free, ours_free = measured["script", False], measured["distbench", False]
             script_pinned, ours_pinned = measured["script", True], measured["distbench", True]
             rows.append((script_free, ours_free, script_pinned, ours_pinned))
-            print(f"round {i + 1}: unpinned: script {script_free:.2f}, distbench {ours_free:.2f}; pinned: script "
-                  f"{script_pinned:.2f}, distbench {ours_pinned:.2f} img/s", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"round {i + 1}: unpinned: script {script_free:.2f}, distbench {ours_free:.2f}; pinned: script "
+                f"{script_pinned:.2f}, distbench {ours_pinned:.2f} img/s",
+                file=sys.stderr,
+                flush=True,
+            )
     section = [
-        SECTION, "",
+        SECTION,
+        "",
         f"Produced by `python -m benchmarks.horovod_synthetic {' '.join(sys.argv[1:])}` on {machine()}. Horovod's "
         f"`pytorch_synthetic_benchmark.py` (`--no-cuda --model {model} --batch-size {batch_size} "
         f"--num-warmup-batches {WARMUP} --num-batches-per-iter {batches_per_iter} --num-iters {iters}`, its total "
@@ -135,9 +185,11 @@ def main(
         "default pinning gives each local rank, distbench as it runs by default), the script's two first in odd "
         "rounds, distbench's in even ones. Differences by construction: the "
         "script reuses one random batch, distbench draws each batch from the seed; the script times "
-        f"{batches_per_iter}-batch iterations on rank 0, distbench a barrier-bounded window.", "",
-        *table(rows), "",
-    ]  # fmt: skip
+        f"{batches_per_iter}-batch iterations on rank 0, distbench a barrier-bounded window.",
+        "",
+        *table(rows),
+        "",
+    ]
     print("\n".join(section))
     if out is not None:
         out.write_text(replace_section(out.read_text(), SECTION, section).rstrip("\n") + "\n")

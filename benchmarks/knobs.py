@@ -20,12 +20,11 @@ from typing import Annotated
 
 import typer
 
-from benchmarks.overhead import replace_section
-from distbench import stats
+from benchmarks.harness import ROOT, replace_section
 from distbench.config import available_cpus
-from distbench.report import config_row, configurations, load
+from distbench.sweep import stats
+from distbench.sweep.report import config_row, configurations, load
 
-ROOT = Path(__file__).resolve().parents[1]
 BACKENDS = ("ddp", "accelerate", "horovod")
 
 
@@ -36,9 +35,19 @@ SWEEP_FORM = (
 
 
 def sweep(out: Path, repeats: int, steps: int) -> str:
-    cmd = [sys.executable, "run.py", "compare", "--task", "mnist", "--backends", ",".join(BACKENDS), "--nprocs", "2",
-           "--accumulate", "1,4", "--grad-compression", "none,fp16", "--max-steps", str(steps), "--repeats",
-           str(repeats), "--extra", "--dropout 0", "--out", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        *"run.py compare --task mnist --backends".split(),
+        ",".join(BACKENDS),
+        *"--nprocs 2 --accumulate 1,4 --grad-compression none,fp16 --max-steps".split(),
+        str(steps),
+        "--repeats",
+        str(repeats),
+        "--extra",
+        "--dropout 0",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return SWEEP_FORM.replace("STEPS", str(steps)).replace("REPEATS", str(repeats))
 
@@ -46,19 +55,22 @@ def sweep(out: Path, repeats: int, steps: int) -> str:
 def table(out: Path) -> list[str]:
     records = load([out]).records
     configs = [c for c in configurations(records) if c.backend in BACKENDS]
-    lines = ["| backend x2 | accumulate | compression | samples/s median (95 % CI, or min-max) | vs plain (paired) | "
-             "final loss | bytes written per step | runs ok |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| backend x2 | accumulate | compression | samples/s median (95 % CI, or min-max) | vs plain (paired) | "
+        "final loss | bytes written per step | runs ok |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for c in configs:
         row = config_row(c, configs)
-        plain = next(p for p in configs if (p.backend, p.accumulate, p.compression) == (c.backend, 1, "none"))
+        plain = next(p for p in configs if (p.backend, p.accumulate, p.grad_compression) == (c.backend, 1, "none"))
         if c is plain:
             versus = "—"
         else:
             ratio = stats.summarize(stats.paired_ratios(c.by_round(), plain.by_round()))
-            versus = stats.verdict(f"acc{c.accumulate} {c.compression}", "plain", ratio)
+            versus = stats.verdict(f"acc{c.accumulate} {c.grad_compression}", "plain", ratio)
         written = c.median("written_bytes_per_step")
         lines.append(
-            f"| {c.backend} | {c.accumulate} | {c.compression} | {row['samples_per_sec']:.0f} ({_spread(row)}) | "
+            f"| {c.backend} | {c.accumulate} | {c.grad_compression} | {row['samples_per_sec']:.0f} ({_spread(row)}) | "
             f"{versus} | "
             f"{row['final_loss']:.4f} | {written:,.0f} | {row['runs_ok']}/{row['runs']} |"
         )
@@ -97,7 +109,7 @@ def main(
         "",
         *lines,
         "",
-    ]  # fmt: skip
+    ]
     text = out.read_text() if out.exists() else TITLE
     out.write_text(replace_section(text, MEASURED, section).rstrip("\n") + "\n")  # other sections are kept
     print("\n".join(section))

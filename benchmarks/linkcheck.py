@@ -2,8 +2,8 @@
 
     python -m benchmarks.linkcheck [--rates none,1gbit,100mbit] [--mb 4] [--repeats 5] [--out docs/network.md]
 
-Runs in a private network namespace (distbench/link.py), as `compare --link-rate` does. For each rate, torchrun
-starts 2 processes that all-reduce a float32 tensor of --mb MB --repeats times (after one untimed) and count
+Runs in a private network namespace (distbench/launching/link.py), as `compare --link-rate` does. For each rate,
+torchrun starts 2 processes that all-reduce a float32 tensor of --mb MB --repeats times (after one untimed) and count
 the bytes each writes to its sockets meanwhile (/proc/self/io). Every one of those bytes crosses the shaped
 loopback, so an all-reduce cannot take less than (bytes written by both ranks) / rate: the "floor" column. A
 shaped link is real when each measured time is at or above its floor, and an unshaped one runs far faster
@@ -23,11 +23,11 @@ from typing import Annotated
 
 import typer
 
-from distbench import link
-from distbench.launch import TORCHRUN, local_argv, resolve
-from distbench.timer import written_bytes
+from benchmarks.harness import ROOT
+from distbench.launching import link
+from distbench.launching.launch import TORCHRUN, local_argv, resolve
+from distbench.training.timer import written_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
 SECTION = "## Is the shaping real? A gloo all-reduce on each link"
 
 
@@ -59,8 +59,9 @@ def measure(rate: str, mb: float, repeats: int) -> dict:
     """Shape this namespace's loopback at `rate` and time the all-reduce there."""
     link.shape(rate)
     program = ["-m", "benchmarks.linkcheck", "worker", "--mb", str(mb), "--repeats", str(repeats)]
-    proc = subprocess.run(resolve(local_argv(TORCHRUN, program, 2)), cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        resolve(local_argv(TORCHRUN, program, 2)), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"the all-reduce at {rate} failed:\n{proc.stderr[-2000:]}")
     result = json.loads(next(line for line in proc.stdout.splitlines() if line.startswith("{")))
@@ -71,19 +72,23 @@ def measure(rate: str, mb: float, repeats: int) -> dict:
 
 def table(rows: list[dict], command: str) -> list[str]:
     lines = [
-        SECTION, "",
+        SECTION,
+        "",
         f"Produced by `{command}` on {datetime.now(UTC).date()} ({platform.platform()}, {platform.machine()}): 2 "
         "processes (torchrun, gloo), one float32 tensor all-reduced after one untimed all-reduce. Floor: the bytes "
         "both ranks wrote to their sockets per all-reduce, over the link rate: no all-reduce can be faster "
-        "on a link of that rate.", "",
+        "on a link of that rate.",
+        "",
         "| link | tensor MB | bytes on the link per all-reduce | floor s | measured s (median) | min-max s |",
         "|---|---|---|---|---|---|",
-    ]  # fmt: skip
+    ]
     for r in rows:
         floor = f"{r['floor_s']:.3f}" if r["floor_s"] is not None else "—"
         secs = r["seconds"]
-        lines.append(f"| {r['rate']} | {r['mb']:g} | {statistics.median(r['bytes_both_ranks']):,.0f} | {floor} | "
-                     f"{statistics.median(secs):.3f} | {min(secs):.3f}-{max(secs):.3f} |")  # fmt: skip
+        lines.append(
+            f"| {r['rate']} | {r['mb']:g} | {statistics.median(r['bytes_both_ranks']):,.0f} | {floor} | "
+            f"{statistics.median(secs):.3f} | {min(secs):.3f}-{max(secs):.3f} |"
+        )
     return lines + [""]
 
 
@@ -104,7 +109,7 @@ def check(
     rows = [measure(r, mb, repeats) for r in rate_list]
     print(json.dumps(rows))
     if out is not None:
-        from benchmarks.overhead import replace_section
+        from benchmarks.harness import replace_section
 
         section = table(rows, "python -m benchmarks.linkcheck " + " ".join(sys.argv[1:]))
         out.write_text(replace_section(out.read_text() if out.exists() else "# Network\n", SECTION, section) + "\n")

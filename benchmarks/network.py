@@ -22,16 +22,16 @@ from typing import Annotated
 
 import typer
 
-from benchmarks.overhead import replace_section
-from distbench import link, stats
-from distbench.report import Config, comparisons, configurations, load
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import ROOT, replace_section
+from distbench.backends import REFERENCE
+from distbench.launching import link
+from distbench.sweep import stats
+from distbench.sweep.report import Config, comparisons, configurations, load
 
 
 def _reference_step_ms(configs: list[Config], task: str) -> tuple[float, int] | None:
     """(step p50 ms, global batch) of the task's single x1 reference."""
-    ref = next((c for c in configs if c.task == task and c.backend == "single" and c.ok), None)
+    ref = next((c for c in configs if c.task == task and c.backend == REFERENCE and c.ok), None)
     if ref is None:
         return None
     return ref.median("step_time_ms.p50"), ref.ok[0]["global_batch_size"]
@@ -39,7 +39,7 @@ def _reference_step_ms(configs: list[Config], task: str) -> tuple[float, int] | 
 
 def link_rows(configs: list[Config]) -> list[dict]:
     rows = []
-    for c in (c for c in configs if c.backend != "single" and c.ok):
+    for c in (c for c in configs if c.backend != REFERENCE and c.ok):
         ref = _reference_step_ms(configs, c.task)
         step = c.median("step_time_ms.p50")
         on_link = c.median("written_bytes_per_step") * c.world_size
@@ -49,9 +49,20 @@ def link_rows(configs: list[Config]) -> list[dict]:
         exposed = step - compute if compute is not None else None
         overlap = (compute + link_ms - step) / min(compute, link_ms) if link_ms and compute else None
         phases = {p: c.median(f"step_breakdown_ms.{p}_ms") for p in ("forward_backward", "optimizer")}
-        rows.append({"config": c, "sps": c.summary(), "step": step, "fb": phases["forward_backward"],
-                     "opt": phases["optimizer"], "mb": on_link / 1e6, "link_ms": link_ms, "compute": compute,
-                     "exposed": exposed, "overlap": overlap})  # fmt: skip
+        rows.append(
+            {
+                "config": c,
+                "sps": c.summary(),
+                "step": step,
+                "fb": phases["forward_backward"],
+                "opt": phases["optimizer"],
+                "mb": on_link / 1e6,
+                "link_ms": link_ms,
+                "compute": compute,
+                "exposed": exposed,
+                "overlap": overlap,
+            }
+        )
     return rows
 
 
@@ -64,17 +75,25 @@ def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
     rows = link_rows(mine)
     ref = _reference_step_ms(mine, task)
     lines = [
-        f"## {task}: 2 simulated nodes x 1 process", "",
+        f"## {task}: 2 simulated nodes x 1 process",
+        "",
         f"Sweep: `{sweep['command']}` ({sweep['started_at']}; {sweep['repeats']} rounds, order seed "
         f"{sweep['order_seed']}). Reference for the computation: `single` x1, step p50 "
-        f"{_f(ref[0] if ref else None, '.1f')} ms at batch {ref[1] if ref else '—'}.", "",
+        f"{_f(ref[0] if ref else None, '.1f')} ms at batch {ref[1] if ref else '—'}.",
+        "",
         "| backend | link | samples/s median (95 % CI) | step p50 ms | forward+backward ms | optimizer ms | "
         "MB on the link per step | link time ms | computation ms (est.) | exposed communication ms | "
         "overlap |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]  # fmt: skip
-    for r in sorted(rows, key=lambda r: (r["config"].link_rate != "none", -(link.parse_rate(r["config"].link_rate)
-                                                                           or 0), r["config"].backend)):  # fmt: skip
+    ]
+    for r in sorted(
+        rows,
+        key=lambda r: (
+            r["config"].link_rate != "none",
+            -(link.parse_rate(r["config"].link_rate) or 0),
+            r["config"].backend,
+        ),
+    ):
         c, s = r["config"], r["sps"]
         interval = f" ({s.interval('.1f')})" if s.has_interval else f" (min-max {s.min:.1f}-{s.max:.1f})"
         lines.append(
@@ -85,7 +104,7 @@ def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
         )
     lines += ["", "Verdicts (paired within rounds, same link):", ""]
     for a, b, ratio in comparisons(mine):
-        if "single" not in (a.split()[0], b.split()[0]):
+        if REFERENCE not in (a.split()[0], b.split()[0]):
             lines.append(f"- {stats.verdict(a, b, ratio)}")
     return lines + [""]
 

@@ -35,10 +35,10 @@ from typing import Annotated
 
 import typer
 
-from backends import REGISTRY, command
 from benchmarks.harness import ROOT, alternate, child_env, last_json, machine, run_checked, write_section
+from distbench.backends import REGISTRY, command
 from distbench.config import available_cpus
-from distbench.launch import local_argv, resolve
+from distbench.launching.launch import local_argv, resolve
 
 BERT_SECTION = "## BERT sentiment: adapter overhead"
 # The hand-written loops gather a sample of every rank's parameters at the end (benchmarks/handwritten/common.py:
@@ -53,14 +53,16 @@ def hand_written(backend: str, n: int, steps: int, threads: int, task: str = "mn
     cmd = resolve(local_argv(REGISTRY[backend].launchers[0], program, n))
     result = last_json(run_checked(cmd).stdout)
     if result["rank_spread"] > RANK_SPREAD_MAX:  # a loop whose ranks diverged exchanged no gradients
-        raise RuntimeError(f"{' '.join(cmd)}: the ranks' parameters differ by {result['rank_spread']:.3g} at the end; "
-                           "a baseline that does not exchange gradients is no baseline")  # fmt: skip
+        raise RuntimeError(
+            f"{' '.join(cmd)}: the ranks' parameters differ by {result['rank_spread']:.3g} at the end; "
+            "a baseline that does not exchange gradients is no baseline"
+        )
     return result["samples_per_sec"]
 
 
 def distbench_run(backend: str, n: int, steps: int, threads: int, tmp: Path, task_args: tuple = ()) -> dict:
     out = tmp / f"{backend}-{n}-{time.monotonic_ns()}.json"
-    # warm-up of 5 steps (min(5, steps/4)) as in the hand-written loops
+    # the warm-up is distbench's (timer.warmup_steps), the hand-written loops' default
     args = ["--max-steps", str(steps), "--threads", str(threads), "--no-progress", "--output", str(out), *task_args]
     run_checked(command(backend, n, args))
     return json.loads(out.read_text())
@@ -71,8 +73,16 @@ def ceiling(steps: int, tmp: Path) -> tuple[float, float]:
     `single` runs (1 thread each) started together, their throughputs summed; and one alone."""
     outs = [tmp / f"ceiling-{i}-{time.monotonic_ns()}.json" for i in range(2)]
     args = lambda out: ["--max-steps", str(steps), "--threads", "1", "--no-progress", "--output", str(out)]  # noqa: E731
-    procs = [subprocess.Popen(command("single", 1, args(o)), cwd=ROOT, env=child_env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for o in outs]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            command("single", 1, args(o)),
+            cwd=ROOT,
+            env=child_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for o in outs
+    ]
     for p in procs:
         p.wait()
     together = sum(json.loads(o.read_text())["samples_per_sec"] for o in outs)
@@ -100,8 +110,9 @@ def ceiling_section(pairs: int, steps: int) -> list[str]:
     ]
 
 
-def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs: int, steps: int, tmp: Path,
-                  data_dir: Path | None) -> list[tuple]:  # fmt: skip
+def overhead_rows(
+    task: str, backends: list[str], world_sizes: list[int], pairs: int, steps: int, tmp: Path, data_dir: Path | None
+) -> list[tuple]:
     """(backend, world, threads, hand-written median, distbench median, median ratio, per-pair ratios); within a
     pair the hand-written loop runs first in odd pairs, distbench in even ones."""
     hand_extra = ("--data-dir", str(data_dir)) if data_dir else ()
@@ -112,16 +123,32 @@ def overhead_rows(task: str, backends: list[str], world_sizes: list[int], pairs:
             threads = max(1, available_cpus() // n)
             ratios, hand, ours = [], [], []
             for i in range(pairs):
-                a, rec = alternate(i, partial(hand_written, backend, n, steps, threads, task, hand_extra),
-                                   partial(distbench_run, backend, n, steps, threads, tmp, task_args))  # fmt: skip
+                a, rec = alternate(
+                    i,
+                    partial(hand_written, backend, n, steps, threads, task, hand_extra),
+                    partial(distbench_run, backend, n, steps, threads, tmp, task_args),
+                )
                 b = rec["samples_per_sec"]
                 hand.append(a)
                 ours.append(b)
                 ratios.append(b / a)
-                print(f"{task} {backend} x{n}: pair {len(ratios)}: hand-written {a:.1f}, distbench {b:.1f} samples/s "
-                      f"({b / a:.3f})", file=sys.stderr, flush=True)  # fmt: skip
-            rows.append((backend, n, threads, statistics.median(hand), statistics.median(ours),
-                         statistics.median(ratios), ratios))  # fmt: skip
+                print(
+                    f"{task} {backend} x{n}: pair {len(ratios)}: hand-written {a:.1f}, distbench {b:.1f} samples/s "
+                    f"({b / a:.3f})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            rows.append(
+                (
+                    backend,
+                    n,
+                    threads,
+                    statistics.median(hand),
+                    statistics.median(ours),
+                    statistics.median(ratios),
+                    ratios,
+                )
+            )
     return rows
 
 
@@ -193,8 +220,14 @@ def scaling_pairs(backend_list: list[str], pairs: int, steps: int, tmp: Path) ->
 
 def scaling_section(scaling: dict, backend_list: list[str]) -> list[str]:
     base = statistics.median(scaling["single_sps"])
-    lines = [SCALING_SECTION, "", f"`single` x1 t1: {base:.0f} samples/s (median).", "",
-             "| backend | efficiency (median) | per pair | vs DDP |", "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        SCALING_SECTION,
+        "",
+        f"`single` x1 t1: {base:.0f} samples/s (median).",
+        "",
+        "| backend | efficiency (median) | per pair | vs DDP |",
+        "|---|---|---|---|",
+    ]
     ddp_eff = statistics.median(scaling["ddp"]) if "ddp" in scaling else None
     for backend in backend_list:
         eff = statistics.median(scaling[backend])
@@ -215,29 +248,39 @@ def pinning_rows(backend: str, n: int, pairs: int, steps: int, tmp: Path) -> lis
             ours = partial(distbench_run, backend, n, steps, threads, tmp, () if pinned else ("--no-pin-cores",))
             measured["hand", pinned], rec = alternate(i, hand, ours)
             measured["distbench", pinned] = rec["samples_per_sec"]
-        print(f"{backend} x{n} round {i + 1}: " + ", ".join(f"{s}{' pinned' if p else ''} {v:.0f}"
-              for (s, p), v in measured.items()), file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"{backend} x{n} round {i + 1}: "
+            + ", ".join(f"{s}{' pinned' if p else ''} {v:.0f}" for (s, p), v in measured.items()),
+            file=sys.stderr,
+            flush=True,
+        )
         rounds.append(measured)
     return rounds
 
 
 def pinning_section(results: dict[tuple[str, int], list[dict]], pairs: int, steps: int, command_line: str) -> list:
     med = statistics.median
-    lines = [PINNING_SECTION, "",
-             f"Produced by `{command_line}` on {machine()}: MNIST, {steps} steps, {pairs} rounds; each round runs "
-             "the hand-written loop and distbench both unpinned (the loop as the examples run, distbench "
-             "`--no-pin-cores`) and both pinned (the loop with `--pin`: every thread on the local rank's cores as "
-             "distbench pins by default), the loop first in odd rounds. Ratios are distbench / hand-written within "
-             "a round.", "",
-             "| backend | world | pinning | hand-written samples/s | distbench samples/s | ratio (median) | ratios |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        PINNING_SECTION,
+        "",
+        f"Produced by `{command_line}` on {machine()}: MNIST, {steps} steps, {pairs} rounds; each round runs "
+        "the hand-written loop and distbench both unpinned (the loop as the examples run, distbench "
+        "`--no-pin-cores`) and both pinned (the loop with `--pin`: every thread on the local rank's cores as "
+        "distbench pins by default), the loop first in odd rounds. Ratios are distbench / hand-written within "
+        "a round.",
+        "",
+        "| backend | world | pinning | hand-written samples/s | distbench samples/s | ratio (median) | ratios |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for (backend, n), rounds in results.items():
         for pinned in (False, True):
             hand, ours = [r["hand", pinned] for r in rounds], [r["distbench", pinned] for r in rounds]
             ratios = [b / a for a, b in zip(hand, ours, strict=True)]
             per_round = " ".join(f"{x:.3f}" for x in ratios)
-            lines.append(f"| {backend} | {n} | {'both pinned' if pinned else 'neither'} | {med(hand):.0f} | "
-                         f"{med(ours):.0f} | **{med(ratios):.3f}** | {per_round} |")  # fmt: skip
+            lines.append(
+                f"| {backend} | {n} | {'both pinned' if pinned else 'neither'} | {med(hand):.0f} | "
+                f"{med(ours):.0f} | **{med(ratios):.3f}** | {per_round} |"
+            )
     return lines + [""]
 
 
@@ -258,8 +301,12 @@ def main(
 ) -> None:
     if same_pinning:
         with tempfile.TemporaryDirectory() as tmp:
-            results = {(b, n): pinning_rows(b, n, pairs, steps, Path(tmp)) for b in backends.split(",")
-                       for n in (int(w) for w in world_sizes.split(",")) if n > 1}  # fmt: skip
+            results = {
+                (b, n): pinning_rows(b, n, pairs, steps, Path(tmp))
+                for b in backends.split(",")
+                for n in (int(w) for w in world_sizes.split(","))
+                if n > 1
+            }
         section = pinning_section(results, pairs, steps, "python -m benchmarks.overhead " + " ".join(sys.argv[1:]))
         write_section(out, PINNING_SECTION, section)
         print("\n".join(section))

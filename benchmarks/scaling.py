@@ -19,7 +19,7 @@ once, a batch fetched with one indexing operation) and Adadelta, timed over the 
                        all-reduce per gradient as in Horovod's examples, and with all gradients in one
                        grouped all-reduce (DistributedOptimizer(groups=1))
 
-Processes are pinned to a core each after the library's setup, as distbench does (distbench/affinity.py),
+Processes are pinned to a core each after the library's setup, as distbench does (distbench/launching/affinity.py),
 except in the row marked "not pinned". Configurations run one after another, and the whole list repeats
 --rounds times (alternating, so a noisy minute hits all of them); the table holds medians. Efficiency is
 samples/s over twice `single` with the same per-process batch.
@@ -41,9 +41,7 @@ from typing import Annotated
 
 import typer
 
-from benchmarks.harness import child_env, last_json
-
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.harness import ROOT, child_env, last_json
 
 # (label, processes, mode, global batch, per-process baseline batch, pin each process to its own core)
 CONFIGS = [
@@ -68,10 +66,10 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from backends.ddp import bucket_cap_mb
-    from data.mnist import load_mnist
-    from distbench.affinity import pin_process
-    from models.convnet import ConvNet
+    from distbench.backends.ddp import bucket_cap_mb
+    from distbench.data.mnist import load_mnist
+    from distbench.launching.affinity import pin_process
+    from distbench.models.convnet import ConvNet
 
     if "horovod" in mode:
         import horovod.torch as hvd
@@ -132,8 +130,15 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
     elapsed = time.perf_counter() - start
     if rank == 0:
         times.sort()
-        print(json.dumps({"samples_per_sec": batch * steps / elapsed, "p50_ms": 1e3 * times[len(times) // 2],
-                          "p90_ms": 1e3 * times[int(0.9 * len(times))]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "samples_per_sec": batch * steps / elapsed,
+                    "p50_ms": 1e3 * times[len(times) // 2],
+                    "p90_ms": 1e3 * times[int(0.9 * len(times))],
+                }
+            )
+        )
     if "horovod" in mode:
         hvd.shutdown()
     else:
@@ -151,10 +156,21 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
 
 
 def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin: bool, **extra_env: str) -> dict:
-    from distbench.launch import HOROVODRUN, TORCHRUN, local_argv, resolve
+    from distbench.launching.launch import HOROVODRUN, TORCHRUN, local_argv, resolve
 
-    argv = ["-m", "benchmarks.scaling", "--worker", mode, "--batch", str(batch), "--steps", str(steps),
-            "--warmup", str(warmup), "--pin" if pin else "--no-pin"]  # fmt: skip
+    argv = [
+        "-m",
+        "benchmarks.scaling",
+        "--worker",
+        mode,
+        "--batch",
+        str(batch),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--pin" if pin else "--no-pin",
+    ]
     env = child_env(OMP_NUM_THREADS="1", **extra_env)
     launcher = HOROVODRUN if "horovod" in mode else TORCHRUN
     cmd = resolve(local_argv(launcher, argv, nprocs))
@@ -186,11 +202,17 @@ def horovod_timeline_section(steps: int, warmup: int) -> list[str]:
             begin = open_[e["pid"]].pop()
             phases.setdefault((names.get(e["pid"], "?"), begin["name"]), []).append((e["ts"] - begin["ts"]) / 1e3)
     tensors = sorted({t for t, _ in phases if t.startswith("allreduce.")})
-    lines = ["", "### Horovod's timeline at world size 2, global batch 64 (rank 0, median ms per step)", "",
-             f"`HOROVOD_TIMELINE` over {steps} steps. Negotiation runs from the moment this rank's gradient is "
-             "ready until every rank has reported it; the gloo all-reduce is the data transfer of the fused "
-             "buffer the tensor travelled in.", "",
-             "| gradient | negotiation | gloo all-reduce |", "|---|---|---|"]  # fmt: skip
+    lines = [
+        "",
+        "### Horovod's timeline at world size 2, global batch 64 (rank 0, median ms per step)",
+        "",
+        f"`HOROVOD_TIMELINE` over {steps} steps. Negotiation runs from the moment this rank's gradient is "
+        "ready until every rank has reported it; the gloo all-reduce is the data transfer of the fused "
+        "buffer the tensor travelled in.",
+        "",
+        "| gradient | negotiation | gloo all-reduce |",
+        "|---|---|---|",
+    ]
     for t in tensors:
         neg = statistics.median(phases.get((t, "NEGOTIATE_ALLREDUCE"), [float("nan")]))
         red = statistics.median(phases.get((t, "GLOO_ALLREDUCE"), [float("nan")]))

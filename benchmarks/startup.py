@@ -29,10 +29,10 @@ from typing import Annotated
 
 import typer
 
-from backends import REGISTRY, command
 from benchmarks.harness import ROOT, last_json, machine, rotate, run_checked, write_section
-from distbench.launch import local_argv, resolve
-from distbench.timer import STARTUP_PHASES
+from distbench.backends import REGISTRY, command
+from distbench.launching.launch import local_argv, resolve
+from distbench.training.timer import STARTUP_PHASES
 
 SECTION = "## Start-up: launch to the first exchange, distbench against each launcher's floor"
 # backend -> (world size, the floor's library idiom)
@@ -67,14 +67,20 @@ def measure(backends: list[str], rounds: int, tmp: Path) -> dict[str, list[dict]
     results: dict[str, list[dict]] = {b: [] for b in backends}
     for i in range(rounds):
         for backend in backends:
-            sides = {"join": lambda b=backend: floor_run(b, step=False),
-                     "step": lambda b=backend: floor_run(b, step=True),
-                     "distbench": lambda b=backend: distbench_run(b, tmp)}  # fmt: skip
+            sides = {
+                "join": lambda b=backend: floor_run(b, step=False),
+                "step": lambda b=backend: floor_run(b, step=True),
+                "distbench": lambda b=backend: distbench_run(b, tmp),
+            }
             got = {name: sides[name]() for name in rotate(i, list(sides))}
             row = {"join": got["join"], "step": got["step"], **{f"d_{k}": v for k, v in got["distbench"].items()}}
             results[backend].append(row)
-            print(f"round {i + 1} {backend}: join floor {row['join']:.2f} s, first-step floor {row['step']:.2f} s, "
-                  f"distbench {row['d_total']:.2f} s", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"round {i + 1} {backend}: join floor {row['join']:.2f} s, first-step floor {row['step']:.2f} s, "
+                f"distbench {row['d_total']:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     return results
 
 
@@ -103,15 +109,21 @@ def section(results: dict[str, list[dict]], rounds: int, command_line: str) -> l
         launcher = REGISTRY[backend].launchers[0].name
         join, join_all = _median_ratios(rows, "join")
         step, step_all = _median_ratios(rows, "step")
-        lines.append(f"| {backend} x{n} | {launcher} | {med(r['join'] for r in rows):.2f} | "
-                     f"{med(r['step'] for r in rows):.2f} | {med(r['d_total'] for r in rows):.2f} | **{join:.2f}** "
-                     f"({' '.join(f'{x:.2f}' for x in join_all)}) | **{step:.2f}** "
-                     f"({' '.join(f'{x:.2f}' for x in step_all)}) |")  # fmt: skip
+        lines.append(
+            f"| {backend} x{n} | {launcher} | {med(r['join'] for r in rows):.2f} | "
+            f"{med(r['step'] for r in rows):.2f} | {med(r['d_total'] for r in rows):.2f} | **{join:.2f}** "
+            f"({' '.join(f'{x:.2f}' for x in join_all)}) | **{step:.2f}** "
+            f"({' '.join(f'{x:.2f}' for x in step_all)}) |"
+        )
     phases = ["launcher", *STARTUP_PHASES]
-    lines += ["", "distbench's start-up by phase (seconds, median over the rounds; `startup_phases_s` in the record, "
-              "the launcher's share from the launch to the main process's start):", "",
-              "| backend | " + " | ".join(p.replace("_", " ") for p in phases) + " | total |",
-              "|---|" + "---|" * (len(phases) + 1)]  # fmt: skip
+    lines += [
+        "",
+        "distbench's start-up by phase (seconds, median over the rounds; `startup_phases_s` in the record, "
+        "the launcher's share from the launch to the main process's start):",
+        "",
+        "| backend | " + " | ".join(p.replace("_", " ") for p in phases) + " | total |",
+        "|---|" + "---|" * (len(phases) + 1),
+    ]
     for backend, rows in results.items():
         cells = [med(r[f"d_{p}"] if p == "launcher" else r[f"d_{p}_s"] for r in rows) for p in phases]
         total = med(r["d_total"] for r in rows)

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from data.arrays import TensorBatchDataset
-from data.download import cache_dir, downloads_allowed, fetch, md5, write_atomically
+from distbench.data.arrays import TensorBatchDataset
+from distbench.data.download import cache_dir, downloads_allowed, fetch, md5, write_atomically
 from distbench.errors import UserError
 
 MEAN, STD = 0.1307, 0.3081

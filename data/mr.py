@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from data.download import cache_dir, downloads_allowed, fetch
+from distbench.data.download import cache_dir, downloads_allowed, fetch
 from distbench.errors import UserError
 
 URL = "https://www.cs.cornell.edu/people/pabo/movie-review-data/rt-polaritydata.tar.gz"

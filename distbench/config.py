@@ -1,17 +1,33 @@
-"""Frozen run configuration: one field per CLI option, validated before any process group starts."""
+"""The run's options, each declared once: RunConfig's fields are the command line.
+
+Each field of `RunConfig` is one option of `run.py` (after torchtitan's config-as-CLI). Its declaration, made with
+`option(...)`, holds everything else that follows from it:
+
+- the default, the help text and the flag (`--max-steps`, or a `--x/--no-x` pair for a switch); the CLI
+  (distbench/cli/) builds `run.py`'s options from these, with each task's own default added to the help of the
+  options a task may set (`task_default`);
+- its checks (`checks`): validated before any process group starts, one line naming the flag on failure;
+- whether a resumed run must match the checkpoint on it (`resume`);
+- what a sweep does with it (`sweep`): FORWARD to every run of the sweep as `compare` was given it, AXIS (a sweep
+  axis: compare takes a list and runs each value), or SET by the sweep itself for each run.
+
+The README's option table is checked against these declarations (tests/unit/test_options.py).
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
-from backends import NAMES
 from distbench.errors import UserError
 
-BackendName = Enum("BackendName", {name: name for name in NAMES}, type=str)  # the registry's names, for typer
+# what a sweep does with an option
+FORWARD, AXIS, SET = "forward", "axis", "set"
 
 
 class Precision(str, Enum):
@@ -29,39 +45,157 @@ class GradCompression(str, Enum):
 
 
 @dataclass(frozen=True)
+class Check:
+    """A condition on one option's value (None, meaning "the task's default", always passes), and what a value that
+    fails it is told: "{flag} {says}, got {value}"."""
+
+    holds: Callable[[Any], bool]
+    says: str
+
+    def error(self, flag: str, value) -> str | None:
+        if value is None or self.holds(value):
+            return None
+        return f"{flag} {self.says}, got {value}"
+
+
+POSITIVE = Check(lambda v: v > 0, "must be positive")
+
+
+def in_range(lo: float, hi: float, *, closed_hi: bool = False) -> Check:
+    if closed_hi:
+        return Check(lambda v: lo <= v <= hi, f"must be between {lo} and {hi}")
+    return Check(lambda v: lo <= v < hi, f"must be in [{lo}, {hi})")
+
+
+def option(
+    default,
+    help: str,
+    *,
+    flag: str | None = None,
+    checks: tuple[Check, ...] = (),
+    resume: bool = False,
+    sweep: str = FORWARD,
+    task_default: bool = False,
+    unset: str = "none",
+) -> Any:
+    """A RunConfig field with its declaration (see the module docstring). `unset`: how the help shows a task default
+    of None (for `task_default` options)."""
+    meta = {
+        "help": help,
+        "flag": flag,
+        "checks": checks,
+        "resume": resume,
+        "sweep": sweep,
+        "task_default": task_default,
+        "unset": unset,
+    }
+    return field(default=default, metadata=meta)
+
+
+TASK_HELP = (
+    "Task to train: mnist, bert-sentiment, synthetic-resnet, or your own as package.module:Class or "
+    "path/to/file.py:Class (docs/tasks.md)."
+)
+
+
+@dataclass(frozen=True)
 class RunConfig:
-    backend: str = "single"
-    task: str = "mnist"
-    epochs: int | None = None  # None: the task's default
-    max_steps: int | None = None  # stop after this many global steps (all epochs together)
-    batch_size: int | None = None  # global batch, split evenly across processes
-    lr: float | None = None
-    seed: int = 0
-    dropout: float | None = None  # overrides the task's dropout probabilities; 0 turns dropout off
-    data_dir: Path | None = None
-    model: str | None = (
-        None  # bert-sentiment: Hugging Face id, local path, or "tiny-random"; synthetic-resnet: resnet50/18
+    backend: str = option("single", "Data-parallel backend.", sweep=AXIS)
+    task: str = option("mnist", TASK_HELP, resume=True)
+    epochs: int | None = option(None, "Epochs.", checks=(POSITIVE,), task_default=True)
+    max_steps: int | None = option(None, "Stop after this many global steps (all epochs together).", checks=(POSITIVE,))
+    batch_size: int | None = option(
+        None, "GLOBAL batch size, split evenly across processes.", checks=(POSITIVE,), resume=True, task_default=True
     )
-    max_length: int = 128
-    image_size: int = 224  # synthetic-resnet: the side of the square random images
-    precision: str = "fp32"
-    accumulate: int = 1  # micro-batches per optimizer step; the global batch stays batch_size
-    grad_compression: str = "none"  # none, fp16, bf16: the gradients' type on the wire
-    warmup_ratio: float = 0.1  # bert-sentiment: linear warm-up over this fraction of steps, then linear decay
-    schedule: bool | None = None  # linear warm-up/decay schedule (None: the task's default, on for bert)
-    max_grad_norm: float | None = None  # clip gradients to this norm; 0: no clipping (None: the task's default)
-    head_lr: float | None = None  # bert-sentiment: learning rate of the pooler and classifier (None: --lr)
-    output: Path = Path("results/runs.jsonl")
-    force: bool = False
-    threads: int | None = None  # intra-op threads per process; None: usable CPUs / local processes
-    pin_cores: bool = True  # CPU, several processes per machine: each computes on its own cores
-    log_every: int = 10
-    progress: bool = True
-    eval_batch_size: int = 256
-    timeout_s: int = 300
-    target_accuracy: float | None = None
-    checkpoint_dir: Path | None = None  # resume automatically when it holds a checkpoint
-    checkpoint_every: int = 100  # global steps
+    lr: float | None = option(None, "Learning rate.", checks=(POSITIVE,), resume=True, task_default=True)
+    seed: int = option(0, "Seed of weights and data order (the same on every rank).", resume=True)
+    dropout: float | None = option(
+        None,
+        "Override the task's dropout probabilities; 0 turns dropout off.",
+        checks=(in_range(0.0, 1.0),),
+        resume=True,
+        task_default=True,
+        unset="the model's",
+    )
+    data_dir: Path | None = option(None, "Dataset folder (MNIST IDX files or rt-polarity.pos/.neg).")
+    model: str | None = option(
+        None,
+        "bert-sentiment: Hugging Face id or local path (default: bundled MiniLM-L6); "
+        "synthetic-resnet: resnet50 (default) or resnet18.",
+        resume=True,
+    )
+    max_length: int = option(
+        128,
+        "bert-sentiment: truncate sentences to this many tokens.",
+        checks=(in_range(8, 512, closed_hi=True),),
+        resume=True,
+    )
+    image_size: int = option(
+        224, "synthetic-resnet: side of the random square images.", checks=(in_range(32, 1024, closed_hi=True),)
+    )
+    precision: str = option("fp32", "fp32, or bf16 autocast.", resume=True)
+    accumulate: int = option(
+        1,
+        "Micro-batches per optimizer step (the global batch stays --batch-size), through "
+        "each library's own mechanism: DDP no_sync, Accelerate accumulate, Horovod "
+        "backward_passes_per_step.",
+        checks=(POSITIVE,),
+        resume=True,
+        sweep=AXIS,
+    )
+    grad_compression: str = option(
+        "none",
+        "Gradients on the wire: none, or fp16/bf16 through DDP comm hooks (ddp, accelerate) or Horovod's compression.",
+        resume=True,
+        sweep=AXIS,
+    )
+    schedule: bool | None = option(
+        None,
+        "Linear warm-up/decay learning-rate schedule.",
+        flag="--schedule/--no-schedule",
+        resume=True,
+        task_default=True,
+        unset="off",
+    )
+    max_grad_norm: float | None = option(
+        None,
+        "Clip gradients to this norm; 0: no clipping.",
+        checks=(Check(lambda v: v >= 0, "must be positive (or 0: no clipping)"),),
+        resume=True,
+        task_default=True,
+    )
+    warmup_ratio: float = option(
+        0.1, "Fraction of steps to warm up over (with --schedule).", checks=(in_range(0.0, 1.0),), resume=True
+    )
+    head_lr: float | None = option(
+        None,
+        "bert-sentiment: learning rate of the new head (pooler + classifier).",
+        checks=(POSITIVE,),
+        resume=True,
+        task_default=True,
+        unset="--lr",
+    )
+    output: Path = option(Path("results/runs.jsonl"), ".jsonl: append the record; .json: write one record.", sweep=SET)
+    force: bool = option(False, "Allow overwriting an existing .json --output.", sweep=SET)
+    threads: int | None = option(
+        None, "Intra-op threads per process (default: usable CPUs / processes).", checks=(POSITIVE,), sweep=AXIS
+    )
+    pin_cores: bool = option(
+        True, "CPU, several processes: pin each to its own block of cores.", flag="--pin-cores/--no-pin-cores"
+    )
+    log_every: int = option(10, "Update the progress bar every N steps.", checks=(POSITIVE,), sweep=SET)
+    progress: bool = option(True, "Progress bar on the main process.", flag="--progress/--no-progress", sweep=SET)
+    eval_batch_size: int = option(256, "Per-process evaluation batch size.", checks=(POSITIVE,))
+    timeout_s: int = option(300, "Collective/rendezvous timeout: a dead rank stops the rest.", checks=(POSITIVE,))
+    target_accuracy: float | None = option(
+        None,
+        "Evaluate every epoch and record the time to reach this accuracy.",
+        checks=(Check(lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),),
+    )
+    checkpoint_dir: Path | None = option(
+        None, "Save checkpoints here; a run resumes from the one it finds there.", sweep=SET
+    )
+    checkpoint_every: int = option(100, "Checkpoint every N global steps.", checks=(POSITIVE,), sweep=SET)
 
     def with_task_defaults(self, **defaults) -> RunConfig:
         """Fill the options left unset (None) with the task's defaults."""
@@ -78,6 +212,35 @@ class RunConfig:
             if isinstance(v, Path):
                 d[k] = str(v)
         return d
+
+
+def flag(name: str) -> str:
+    """The option's flag as a user types it: --max-steps (a switch: its --x form)."""
+    declared = FIELDS[name].metadata["flag"]
+    return declared.split("/")[0] if declared else "--" + name.replace("_", "-")
+
+
+FIELDS = {f.name: f for f in fields(RunConfig)}
+RESUME_MUST_MATCH = tuple(name for name, f in FIELDS.items() if f.metadata["resume"])
+FORWARDED = tuple(name for name, f in FIELDS.items() if f.metadata["sweep"] == FORWARD)
+TASK_DEFAULTED = tuple(name for name, f in FIELDS.items() if f.metadata["task_default"])
+DEFAULTS = {name: f.default for name, f in FIELDS.items() if f.default is not MISSING}
+
+
+def to_args(values: dict) -> list[str]:
+    """`run.py` options that give these values (a value left at None, the task's or RunConfig's default, is left
+    out): the form a sweep forwards options in."""
+    args: list[str] = []
+    for name, value in values.items():
+        if value is None:
+            continue
+        declared = FIELDS[name].metadata["flag"]
+        if isinstance(value, bool) and declared:
+            on, off = declared.split("/")
+            args.append(on if value else off)
+        else:
+            args += [flag(name), str(value.value if isinstance(value, Enum) else value)]
+    return args
 
 
 def available_cpus() -> int:
@@ -105,72 +268,53 @@ def check_output_writable(path: Path, is_main: bool = True) -> None:
         if path.exists() and not os.access(path, os.W_OK):
             raise PermissionError(f"{path} is read-only")
     except OSError as e:
-        raise UserError(f"--output {path} cannot be written ({e.strerror or e})") from e
+        raise UserError(f"{flag('output')} {path} cannot be written ({e.strerror or e})") from e
+
+
+def check_dir_option(name: str, path: Path | None) -> None:
+    """A folder option (--data-dir) names a folder that is there."""
+    if path is None:
+        return
+    if not path.exists():
+        raise UserError(f"{flag(name)} {path} does not exist")
+    if not path.is_dir():
+        raise UserError(f"{flag(name)} {path} is not a directory")
 
 
 def validate(cfg: RunConfig, world_size: int) -> None:
-    """Reject bad input with one clear line before any process group or data loading starts."""
-    if cfg.epochs is not None and cfg.epochs <= 0:
-        raise UserError(f"--epochs must be positive, got {cfg.epochs}")
-    if cfg.max_steps is not None and cfg.max_steps <= 0:
-        raise UserError(f"--max-steps must be positive, got {cfg.max_steps}")
-    if cfg.accumulate <= 0:
-        raise UserError(f"--accumulate must be positive, got {cfg.accumulate}")
-    if cfg.batch_size is not None:
-        if cfg.batch_size <= 0:
-            raise UserError(f"--batch-size must be positive, got {cfg.batch_size}")
-        if cfg.batch_size % world_size:
-            raise UserError(
-                f"--batch-size {cfg.batch_size} is the global batch and must divide evenly across "
-                f"{world_size} processes"
-            )
-        if cfg.batch_size % (world_size * cfg.accumulate):
-            raise UserError(
-                f"--batch-size {cfg.batch_size} with --accumulate {cfg.accumulate} on {world_size} processes: each "
-                f"process's {cfg.batch_size // world_size} samples per step must split into {cfg.accumulate} "
-                "equal micro-batches"
-            )
-    if cfg.grad_compression != "none" and cfg.backend == "single":
-        raise UserError(
-            f"--grad-compression {cfg.grad_compression}: the single backend exchanges no gradients; use none"
-        )
-    if cfg.lr is not None and not cfg.lr > 0:
-        raise UserError(f"--lr must be positive, got {cfg.lr}")
-    if cfg.dropout is not None and not 0.0 <= cfg.dropout < 1.0:
-        raise UserError(f"--dropout must be in [0, 1), got {cfg.dropout}")
-    if cfg.data_dir is not None:
-        if not cfg.data_dir.exists():
-            raise UserError(f"--data-dir {cfg.data_dir} does not exist")
-        if not cfg.data_dir.is_dir():
-            raise UserError(f"--data-dir {cfg.data_dir} is not a directory")
-    if not 32 <= cfg.image_size <= 1024:
-        raise UserError(f"--image-size must be between 32 and 1024, got {cfg.image_size}")
-    if not 8 <= cfg.max_length <= 512:
-        raise UserError(f"--max-length must be between 8 and 512, got {cfg.max_length}")
-    if not 0.0 <= cfg.warmup_ratio < 1.0:
-        raise UserError(f"--warmup-ratio must be in [0, 1), got {cfg.warmup_ratio}")
-    if cfg.head_lr is not None and not cfg.head_lr > 0:
-        raise UserError(f"--head-lr must be positive, got {cfg.head_lr}")
-    if cfg.max_grad_norm is not None and not cfg.max_grad_norm >= 0:
-        raise UserError(f"--max-grad-norm must be positive (or 0: no clipping), got {cfg.max_grad_norm}")
-    if cfg.threads is not None and cfg.threads <= 0:
-        raise UserError(f"--threads must be positive, got {cfg.threads}")
-    if cfg.log_every <= 0:
-        raise UserError(f"--log-every must be positive, got {cfg.log_every}")
-    if cfg.eval_batch_size <= 0:
-        raise UserError(f"--eval-batch-size must be positive, got {cfg.eval_batch_size}")
-    if cfg.timeout_s <= 0:
-        raise UserError(f"--timeout-s must be positive, got {cfg.timeout_s}")
-    if cfg.target_accuracy is not None and not 0.0 < cfg.target_accuracy <= 1.0:
-        raise UserError(f"--target-accuracy must be in (0, 1], got {cfg.target_accuracy}")
-    if cfg.checkpoint_every <= 0:
-        raise UserError(f"--checkpoint-every must be positive, got {cfg.checkpoint_every}")
+    """Reject bad input with one clear line before any process group or data loading starts: each option's own
+    checks, then the checks that relate options to each other or to the world size (what an option means to a
+    backend: BackendSpec.check_options)."""
+    for name, f in FIELDS.items():
+        for check in f.metadata["checks"]:
+            if (error := check.error(flag(name), getattr(cfg, name))) is not None:
+                raise UserError(error)
+    _check_batch(cfg, world_size)
+    check_dir_option("data_dir", cfg.data_dir)
     if cfg.checkpoint_dir is not None and cfg.checkpoint_dir.exists() and not cfg.checkpoint_dir.is_dir():
         raise UserError(f"--checkpoint-dir {cfg.checkpoint_dir} is not a directory")
-    out = cfg.output
+    _check_output(cfg.output, cfg.force)
+
+
+def _check_batch(cfg: RunConfig, world_size: int) -> None:
+    if cfg.batch_size is None:
+        return
+    if cfg.batch_size % world_size:
+        raise UserError(
+            f"--batch-size {cfg.batch_size} is the global batch and must divide evenly across {world_size} processes"
+        )
+    if cfg.batch_size % (world_size * cfg.accumulate):
+        raise UserError(
+            f"--batch-size {cfg.batch_size} with --accumulate {cfg.accumulate} on {world_size} processes: "
+            f"each process's {cfg.batch_size // world_size} samples per step must split into "
+            f"{cfg.accumulate} equal micro-batches"
+        )
+
+
+def _check_output(out: Path, force: bool) -> None:
     if out.suffix not in (".json", ".jsonl"):
         raise UserError(f"--output must end in .json (one record) or .jsonl (records appended), got {out}")
     if out.exists() and out.is_dir():
         raise UserError(f"--output {out} is a directory")
-    if out.suffix == ".json" and out.exists() and not cfg.force:
+    if out.suffix == ".json" and out.exists() and not force:
         raise UserError(f"--output {out} exists; pass --force to overwrite it or use a .jsonl file to append")

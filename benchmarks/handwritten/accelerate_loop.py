@@ -21,8 +21,7 @@ def main():
     window = Window(a.warmup, accelerator.wait_for_everyone)
     run_steps(loader, a.steps, train_step(model, optimizer, loss, accelerator.backward), window)
     spread = rank_spread(accelerator.gather(param_sample(model)))
-    window.report(a.batch_size, accelerator.is_main_process, world_size=accelerator.num_processes,
-                  threads=torch.get_num_threads(), cores=cores, rank_spread=spread)  # fmt: skip
+    window.report(a, accelerator.is_main_process, accelerator.num_processes, cores, spread)
     accelerator.end_training()
 
 

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from data.mr import load_sentences, split
-from models.bert import build_classifier, load_tokenizer
+from distbench.data.mr import load_sentences, split
+from distbench.models.bert import build_classifier, load_tokenizer
 
 
 class Sentences(Dataset):

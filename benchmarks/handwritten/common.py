@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
-from models.convnet import ConvNet  # the same network; the loop is what is compared
+from distbench.models.convnet import ConvNet
+from distbench.training.timer import WARMUP_MAX  # the same network; the loop is what is compared
 
 # per task: steps, global batch, learning rate (MNIST: the DDP tutorial's Adadelta; BERT: AdamW's usual 5e-5)
 DEFAULTS = {"mnist": (200, 64, 0.5), "bert-sentiment": (60, 32, 5e-5)}
@@ -25,7 +26,7 @@ def args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--task", choices=list(DEFAULTS), default="mnist")
     p.add_argument("--steps", type=int)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=WARMUP_MAX, help="steps before the timed window (distbench's)")
     p.add_argument("--batch-size", type=int, help="global batch")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--lr", type=float)
@@ -53,11 +54,11 @@ def workload(a: argparse.Namespace):
 
 def pin(a: argparse.Namespace) -> list[int] | None:
     """--pin: every thread of this process on its local rank's block of --threads cores, as distbench pins by
-    default (the same core choice and distbench.affinity.pin_threads); called after the library's setup, so that
-    its threads are placed too. The loop itself stays the library's idiom: only the placement is shared."""
+    default (the same core choice and distbench.launching.affinity.pin_threads); called after the library's setup,
+    so that its threads are placed too. The loop itself stays the library's idiom: only the placement is shared."""
     if not a.pin:
         return None
-    from distbench.affinity import pin_threads
+    from distbench.launching.affinity import pin_threads
 
     local_rank = int(os.environ.get("LOCAL_RANK", os.environ.get("HOROVOD_LOCAL_RANK", "0")))
     cores = sorted(os.sched_getaffinity(0))[local_rank * a.threads : (local_rank + 1) * a.threads]
@@ -130,8 +131,22 @@ class Window:
         elif step > self.warmup:
             self.steps += 1
 
-    def report(self, global_batch: int, is_main: bool, **extra) -> None:
+    def report(
+        self, a: argparse.Namespace, is_main: bool, world_size: int, cores: list[int] | None, spread: float
+    ) -> None:
+        """The main process prints one JSON line: throughput, steps, world size, threads, cores, rank spread."""
         self.barrier()
         elapsed = time.perf_counter() - self.start
         if is_main:
-            print(json.dumps({"samples_per_sec": global_batch * self.steps / elapsed, "steps": self.steps, **extra}))
+            print(
+                json.dumps(
+                    {
+                        "samples_per_sec": a.batch_size * self.steps / elapsed,
+                        "steps": self.steps,
+                        "world_size": world_size,
+                        "threads": torch.get_num_threads(),
+                        "cores": cores,
+                        "rank_spread": spread,
+                    }
+                )
+            )

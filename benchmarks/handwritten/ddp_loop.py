@@ -28,8 +28,7 @@ def main():
     mine = param_sample(model)
     rows = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(rows, mine)
-    window.report(a.batch_size, rank == 0, world_size=world, threads=torch.get_num_threads(), cores=cores,
-                  rank_spread=rank_spread(torch.cat(rows)))  # fmt: skip
+    window.report(a, rank == 0, world, cores, rank_spread(torch.cat(rows)))
     dist.destroy_process_group()
 
 

@@ -25,8 +25,7 @@ def main():
     window = Window(a.warmup, hvd.barrier)
     run_steps(loader, a.steps, train_step(model, optimizer, loss), window, sampler)
     spread = rank_spread(hvd.allgather(param_sample(model)))
-    window.report(a.batch_size, hvd.rank() == 0, world_size=hvd.size(), threads=torch.get_num_threads(), cores=cores,
-                  rank_spread=spread)  # fmt: skip
+    window.report(a, hvd.rank() == 0, hvd.size(), cores, spread)
     hvd.shutdown()
 
 

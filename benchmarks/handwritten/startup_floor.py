@@ -25,7 +25,9 @@ def main() -> None:
     p.add_argument("--step", action="store_true", help="also one training step through the library's wrapper")
     a = p.parse_args()
     started = time.time()
-    rank, done = {"torch": single, "ddp": ddp, "accelerate": accelerate, "horovod": horovod}[a.library](a.step)
+    rank, leave = {"torch": single, "ddp": ddp, "accelerate": accelerate, "horovod": horovod}[a.library](a.step)
+    done = time.time()
+    leave()
     if rank == 0:
         print(json.dumps({"done_unix": done, "main_started_unix": started}), flush=True)
     # Leave without interpreter finalization, as run.py does: with torch._dynamo imported (by the optimizer), a gloo
@@ -51,7 +53,10 @@ def _step(model, optimizer, backward) -> None:
     optimizer.step()
 
 
-def single(step: bool) -> tuple[int, float]:
+# Each library's form: join, exchange (or step); returns this process's rank and how it leaves the group.
+
+
+def single(step: bool):
     import torch
 
     if step:
@@ -59,10 +64,10 @@ def single(step: bool) -> tuple[int, float]:
         _step(model, optimizer, lambda loss: loss.backward())
     else:
         torch.ones(1).add_(1)
-    return 0, time.time()
+    return 0, lambda: None
 
 
-def ddp(step: bool) -> tuple[int, float]:
+def ddp(step: bool):
     import torch
     import torch.distributed as dist
 
@@ -73,13 +78,10 @@ def ddp(step: bool) -> tuple[int, float]:
         _step(model, optimizer, lambda loss: loss.backward())  # DDP: backward all-reduces the gradients
     else:
         dist.all_reduce(torch.ones(1))
-    done = time.time()
-    rank = dist.get_rank()
-    dist.destroy_process_group()
-    return rank, done
+    return dist.get_rank(), dist.destroy_process_group
 
 
-def accelerate(step: bool) -> tuple[int, float]:
+def accelerate(step: bool):
     import torch
     from accelerate import Accelerator
 
@@ -89,12 +91,10 @@ def accelerate(step: bool) -> tuple[int, float]:
         _step(model, optimizer, acc.backward)
     else:
         acc.reduce(torch.ones(1))
-    done = time.time()
-    acc.end_training()
-    return acc.process_index, done
+    return acc.process_index, acc.end_training
 
 
-def horovod(step: bool) -> tuple[int, float]:
+def horovod(step: bool):
     import horovod.torch as hvd
     import torch
 
@@ -106,10 +106,7 @@ def horovod(step: bool) -> tuple[int, float]:
         _step(model, optimizer, lambda loss: loss.backward())  # Horovod: step() waits for the all-reduces
     else:
         hvd.allreduce(torch.ones(1))
-    done = time.time()
-    rank = hvd.rank()
-    hvd.shutdown()
-    return rank, done
+    return hvd.rank(), hvd.shutdown
 
 
 if __name__ == "__main__":

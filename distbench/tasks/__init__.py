@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
 from distbench.config import RunConfig
+from distbench.data.arrays import collate_tensor_batch
 from distbench.errors import UserError
 
 
@@ -54,14 +56,29 @@ EVAL_KEYS = ("loss_sum", "correct", "count")
 def classification_sums(scores: torch.Tensor, labels: torch.Tensor, loss=None) -> dict[str, torch.Tensor]:
     """What `evaluate` returns for a classifier: the summed loss (cross-entropy of logits unless `loss` is given,
     e.g. F.nll_loss for log-probabilities), the correct predictions and the count, in float64."""
-    import torch.nn.functional as F
-
     scores = scores.float()
     return {
         "loss_sum": (loss or F.cross_entropy)(scores, labels, reduction="sum").double(),
         "correct": (scores.argmax(dim=1) == labels).sum().double(),
         "count": torch.tensor(float(len(labels)), dtype=torch.float64),
     }
+
+
+class TensorClassification:
+    """`collate`, `step` and `evaluate` of a classifier on (inputs, labels) batches of stacked tensors
+    (data.arrays.TensorBatchDataset); `criterion` is its loss: cross-entropy of logits, or F.nll_loss for a model
+    that returns log-probabilities."""
+
+    criterion = staticmethod(F.cross_entropy)
+    collate = staticmethod(collate_tensor_batch)
+
+    def step(self, model: nn.Module, batch) -> torch.Tensor:
+        x, y = batch
+        return self.criterion(model(x), y)
+
+    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        x, y = batch
+        return classification_sums(model(x), y, self.criterion)
 
 
 def _import_file(path: Path, spec: str):
@@ -81,8 +98,10 @@ def task_class(spec: str) -> type:
     """The class a `--task` names: a built-in name, `package.module:Class` or `path/to/file.py:Class`."""
     target = TASKS.get(spec, spec)
     if ":" not in target:
-        raise UserError(f"unknown task {spec!r}; choose one of {', '.join(TASKS)}, or give your own as "
-                        "package.module:Class or path/to/file.py:Class (docs/tasks.md)")  # fmt: skip
+        raise UserError(
+            f"unknown task {spec!r}; choose one of {', '.join(TASKS)}, or give your own as "
+            "package.module:Class or path/to/file.py:Class (docs/tasks.md)"
+        )
     where, cls_name = target.rsplit(":", 1)
     try:
         if where.endswith(".py") or os.sep in where:
@@ -104,8 +123,9 @@ def check_interface(task, spec: str, instance_attributes: tuple[str, ...] = ()) 
     asked for `instance_attributes`, which its constructor may set."""
     missing = [m for m in REQUIRED if m not in instance_attributes and not callable(getattr(task, m, None))]
     if missing:
-        raise UserError(f"--task {spec} does not satisfy the Task interface (docs/tasks.md): missing "
-                        f"{', '.join(missing)}")  # fmt: skip
+        raise UserError(
+            f"--task {spec} does not satisfy the Task interface (docs/tasks.md): missing {', '.join(missing)}"
+        )
 
 
 def with_defaults(cfg: RunConfig) -> RunConfig:

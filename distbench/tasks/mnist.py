@@ -8,16 +8,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from data.arrays import collate_tensor_batch
-from data.mnist import load_mnist
 from distbench.config import RunConfig
-from distbench.tasks import classification_sums
-from models.convnet import ConvNet
+from distbench.data.mnist import load_mnist
+from distbench.models.convnet import ConvNet
+from distbench.tasks import TensorClassification
 
 
-class MnistTask:
+class MnistTask(TensorClassification):
     name = "mnist"
     defaults = {"epochs": 5, "batch_size": 64, "lr": 0.5, "schedule": False}
+    criterion = staticmethod(F.nll_loss)  # the ConvNet returns log-probabilities
 
     def __init__(self, cfg: RunConfig):
         self.cfg = cfg
@@ -36,13 +36,3 @@ class MnistTask:
     def datasets(self):
         train, test, info = load_mnist(self.cfg.data_dir)
         return train, test, dataclasses.asdict(info)
-
-    collate = staticmethod(collate_tensor_batch)
-
-    def step(self, model: nn.Module, batch) -> torch.Tensor:
-        x, y = batch
-        return F.nll_loss(model(x), y)
-
-    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
-        x, y = batch
-        return classification_sums(model(x), y, F.nll_loss)  # the ConvNet returns log-probabilities

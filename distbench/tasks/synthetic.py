@@ -9,20 +9,18 @@ the record says so (`accuracy_meaningful`: false). The model has no dropout; --d
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from data.arrays import collate_tensor_batch
-from data.synthetic import SyntheticImages
 from distbench.config import RunConfig
-from distbench.tasks import classification_sums
-from models.resnet import RESNETS, build_resnet
+from distbench.data.synthetic import SyntheticImages
+from distbench.models.resnet import RESNETS, build_resnet
+from distbench.tasks import TensorClassification
 
 NUM_CLASSES = 1000
 N_TRAIN, N_TEST = 6400, 64  # steps are what matters; the test set is only a check that evaluation runs
 
 
-class SyntheticResnetTask:
+class SyntheticResnetTask(TensorClassification):
     name = "synthetic-resnet"
     defaults = {"epochs": 1, "batch_size": 32, "lr": 0.01, "schedule": False}
     accuracy_meaningful = False
@@ -45,16 +43,10 @@ class SyntheticResnetTask:
         size, seed = self.cfg.image_size, self.cfg.seed
         train = SyntheticImages(N_TRAIN, size, NUM_CLASSES, seed)
         test = SyntheticImages(N_TEST, size, NUM_CLASSES, seed + 1)
-        info = {"name": f"synthetic {size}x{size} images, {NUM_CLASSES} classes", "source": "random, from the seed",
-                "model": self.arch, "image_size": size}  # fmt: skip
+        info = {
+            "name": f"synthetic {size}x{size} images, {NUM_CLASSES} classes",
+            "source": "random, from the seed",
+            "model": self.arch,
+            "image_size": size,
+        }
         return train, test, info
-
-    collate = staticmethod(collate_tensor_batch)
-
-    def step(self, model: nn.Module, batch) -> torch.Tensor:
-        x, y = batch
-        return F.cross_entropy(model(x), y)
-
-    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
-        x, y = batch
-        return classification_sums(model(x), y)

@@ -29,8 +29,9 @@ class Reporter:
 
     def start(self, total_steps: int, desc: str, initial: int = 0) -> None:
         if self.progress:
-            self._bar = tqdm(total=total_steps, initial=initial, desc=desc, unit="step", dynamic_ncols=True,
-                             file=sys.stderr)  # fmt: skip
+            self._bar = tqdm(
+                total=total_steps, initial=initial, desc=desc, unit="step", dynamic_ncols=True, file=sys.stderr
+            )
 
     def update(self, step: int, loss: float) -> None:
         if self._bar is not None:

@@ -40,8 +40,10 @@ def parse_rate(text: str) -> float | None:
         return None
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(kbit|mbit|gbit)", text)
     if not m:
-        raise UserError(f"--link-rate {text!r} is not a rate: give bits per second as tc writes them, e.g. 10gbit, "
-                        f"1gbit or 100mbit (or {UNSHAPED})")  # fmt: skip
+        raise UserError(
+            f"--link-rate {text!r} is not a rate: give bits per second as tc writes them, e.g. 10gbit, "
+            f"1gbit or 100mbit (or {UNSHAPED})"
+        )
     bits = float(m[1]) * _UNITS[m[2]]
     if bits < MIN_BITS:
         raise UserError(f"--link-rate {text}: below 1mbit a step takes minutes; give at least 1mbit")
@@ -82,8 +84,10 @@ def _unshare_flags() -> list[str]:
         if proc.returncode == 0:
             return flags
         reasons.append(f"unshare {' '.join(flags)}: {' '.join(proc.stderr.split()) or proc.returncode}")
-    raise UserError("--link-rate needs a private network namespace, and neither `unshare -n` (root) nor "
-                    f"`unshare -rn` (user namespaces) works here ({'; '.join(reasons)})")  # fmt: skip
+    raise UserError(
+        "--link-rate needs a private network namespace, and neither `unshare -n` (root) nor "
+        f"`unshare -rn` (user namespaces) works here ({'; '.join(reasons)})"
+    )
 
 
 def _this_command() -> list[str]:

@@ -18,18 +18,19 @@ from datetime import UTC, datetime
 
 import torch
 
-from backends import get_spec
-from backends.base import Backend, ReduceOp
-from data import download
-from distbench import checkpoint, fairness, launch, rng, topology
-from distbench.affinity import pin_process
+from distbench.backends import get_spec
+from distbench.backends.base import Backend, ReduceOp
 from distbench.config import RunConfig, check_output_writable, default_threads, validate
+from distbench.data import download
 from distbench.errors import UserError
-from distbench.record import Facts, build_record
-from distbench.reporter import Reporter
+from distbench.launching import launch, topology
+from distbench.launching.affinity import pin_process
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
-from distbench.timer import StartupClock, StepTimer
+from distbench.training import checkpoint, fairness, rng
+from distbench.training.record import Facts, build_record
+from distbench.training.reporter import Reporter
+from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, StartupClock, StepTimer, warmup_steps
 
 
 def move_to(batch, device: torch.device):
@@ -53,8 +54,10 @@ def evaluate(task: Task, model, loader, backend: Backend) -> dict:
         for batch in loader:
             out = task.evaluate(model, move_to(batch, backend.device))
             if not isinstance(out, dict) or any(k not in out for k in EVAL_KEYS):
-                raise UserError(f"task {task.name}: evaluate must return a dict of sums {', '.join(EVAL_KEYS)}; got "
-                                f"{sorted(out) if isinstance(out, dict) else type(out).__name__}")  # fmt: skip
+                raise UserError(
+                    f"task {task.name}: evaluate must return a dict of sums {', '.join(EVAL_KEYS)}; got "
+                    f"{sorted(out) if isinstance(out, dict) else type(out).__name__}"
+                )
             totals += torch.stack([torch.as_tensor(out[k], dtype=torch.float64).sum().cpu() for k in EVAL_KEYS])
     model.train(was_training)
     totals = backend.all_reduce(totals.to(backend.device), ReduceOp.SUM).cpu()
@@ -89,7 +92,7 @@ class Parts:
     dataset_info: dict
     steps_per_epoch: int
     total_steps: int
-    data_fingerprint: int  # of this rank's datasets (distbench/fairness.py): the same on every rank, by contract
+    data_fingerprint: int  # of this rank's datasets (training/fairness.py): the same on every rank, by contract
 
 
 def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, clock: StartupClock) -> Parts:
@@ -115,8 +118,9 @@ def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, cloc
     build_scheduler = getattr(task, "build_scheduler", None)  # optional in the Task interface
     scheduler = build_scheduler(optimizer, total_steps, steps_per_epoch) if build_scheduler else None
     clock.mark("build")
-    return Parts(model, optimizer, scheduler, train_loader, test_loader, info, steps_per_epoch, total_steps,
-                 data_fingerprint)  # fmt: skip
+    return Parts(
+        model, optimizer, scheduler, train_loader, test_loader, info, steps_per_epoch, total_steps, data_fingerprint
+    )
 
 
 class Checkpointer:
@@ -135,13 +139,18 @@ class Checkpointer:
         backend, parts = self.backend, self.parts
         gathered = rng.gather(backend.all_gather, backend.device)
         if backend.is_main:
-            checkpoint.save({
-                "format": checkpoint.FORMAT, "step": step, "world_size": backend.world_size,
-                "model": backend.unwrap(parts.model).state_dict(), "optimizer": parts.optimizer.state_dict(),
-                "scheduler": parts.scheduler.state_dict() if parts.scheduler is not None else None,
-                "rng": gathered, "loss_history": torch.tensor(loss_history, dtype=torch.float64),
-                "config": self.config,
-            }, self.path)  # fmt: skip
+            scheduler = parts.scheduler.state_dict() if parts.scheduler is not None else None
+            ckpt = checkpoint.Checkpoint(
+                step,
+                backend.world_size,
+                backend.unwrap(parts.model).state_dict(),
+                parts.optimizer.state_dict(),
+                scheduler,
+                gathered,
+                torch.tensor(loss_history, dtype=torch.float64),
+                self.config,
+            )
+            checkpoint.save(ckpt, self.path)
 
 
 class Trainer:
@@ -155,22 +164,23 @@ class Trainer:
         self.losses: list[torch.Tensor] = []  # this rank's losses since the start (or resume)
         self.time_to_target_s: float | None = None  # training time until --target-accuracy was first reached
 
-    def restore(self, state: dict) -> None:
+    def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         parts, backend = self.parts, self.backend
-        if state["step"] > parts.total_steps:
+        if ckpt.step > parts.total_steps:
             raise UserError(
-                f"the checkpoint in {self.cfg.checkpoint_dir} is at step {state['step']}, past this run's last "
+                f"the checkpoint in {self.cfg.checkpoint_dir} is at step {ckpt.step}, past this run's last "
                 f"step {parts.total_steps}; raise --max-steps/--epochs or use another --checkpoint-dir"
             )
-        backend.unwrap(parts.model).load_state_dict(state["model"])
-        parts.optimizer.load_state_dict(state["optimizer"])
-        if parts.scheduler is not None and state["scheduler"] is not None:
-            parts.scheduler.load_state_dict(state["scheduler"])
-        rng.restore_rank(state["rng"], backend.rank, backend.device)
-        self.step, self.prior_losses = state["step"], state["loss_history"].tolist()
+        backend.unwrap(parts.model).load_state_dict(ckpt.model)
+        parts.optimizer.load_state_dict(ckpt.optimizer)
+        if parts.scheduler is not None and ckpt.scheduler is not None:
+            parts.scheduler.load_state_dict(ckpt.scheduler)
+        rng.restore_rank(ckpt.rng, backend.rank, backend.device)
+        self.step, self.prior_losses = ckpt.step, ckpt.loss_history.tolist()
         at = "its last step: nothing left to train" if self.step == parts.total_steps else f"step {self.step}"
-        self.reporter.info(f"resuming from {self.checkpointer.path} at {at} "
-                           f"(epoch {self.step // parts.steps_per_epoch + 1})")  # fmt: skip
+        self.reporter.info(
+            f"resuming from {self.checkpointer.path} at {at} (epoch {self.step // parts.steps_per_epoch + 1})"
+        )
 
     def loss_history(self) -> list[float]:
         """The global mean loss of every step so far (a collective: every rank calls it)."""
@@ -183,7 +193,7 @@ class Trainer:
         the mean of their losses."""
         parts, backend = self.parts, self.backend
         micro = micro_batches(move_to(batch, backend.device), self.cfg.accumulate)
-        timer.mark("data_ms")
+        timer.mark(DATA)
         parts.optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no arguments
         losses = []
         for i, mb in enumerate(micro):
@@ -193,11 +203,11 @@ class Trainer:
                 backend.backward(loss)
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
-        timer.mark("forward_backward_ms")
+        timer.mark(FORWARD_BACKWARD)
         backend.optimizer_step(parts.model, parts.optimizer, self.cfg.clip_norm)
         if parts.scheduler is not None:
             parts.scheduler.step()
-        timer.mark("optimizer_ms")
+        timer.mark(OPTIMIZER)
         return loss.detach().float()
 
     def train_epoch(self, epoch: int, start_step: int, timer: StepTimer) -> None:
@@ -233,11 +243,12 @@ class Trainer:
         parts, cfg = self.parts, self.cfg
         start_step = self.step
         n_epochs = math.ceil(parts.total_steps / parts.steps_per_epoch)
-        timer = StepTimer(self.backend.barrier, warmup=min(5, (parts.total_steps - start_step) // 4))
+        timer = StepTimer(self.backend.barrier, warmup=warmup_steps(parts.total_steps - start_step))
         evals: list[dict] = []
         parts.model.train()
-        self.reporter.start(parts.total_steps, f"{self.task.name}/{self.backend.name} x{self.backend.world_size}",
-                            initial=start_step)  # fmt: skip
+        self.reporter.start(
+            parts.total_steps, f"{self.task.name}/{self.backend.name} x{self.backend.world_size}", initial=start_step
+        )
         timer.begin()
         for epoch in range(start_step // parts.steps_per_epoch, n_epochs):
             self.train_epoch(epoch, start_step, timer)
@@ -271,6 +282,7 @@ def run(cfg: RunConfig) -> dict:
     node_cores = topology.confine(launch_env)  # a simulated node: its share of the cores, before any thread starts
     cfg = with_defaults(cfg)
     validate(cfg, launch_env.world_size)
+    spec.check_options(cfg)
     check_output_writable(cfg.output, launch_env.is_main)
     threads = cfg.threads or default_threads(launch_env.local_world_size)
     cfg = replace(cfg, threads=threads)
@@ -283,8 +295,13 @@ def run(cfg: RunConfig) -> dict:
     backend_class = spec.load()
     clock.mark("imports")
     facts = Facts(clock, started_at=datetime.now(UTC).isoformat(timespec="seconds"))
-    backend = backend_class(launch_env, precision=cfg.precision, timeout_s=cfg.timeout_s, accumulate=cfg.accumulate,
-                            grad_compression=cfg.grad_compression)  # fmt: skip
+    backend = backend_class(
+        launch_env,
+        precision=cfg.precision,
+        timeout_s=cfg.timeout_s,
+        accumulate=cfg.accumulate,
+        grad_compression=cfg.grad_compression,
+    )
     backend.setup()
     clock.mark("process_group")
     torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup

@@ -1,38 +1,52 @@
 """Checkpoints: everything needed to continue a run exactly, written atomically by the main process.
 
-A checkpoint holds the model and optimizer (and scheduler) state, the data position (global step;
-epoch and step within it follow from the steps per epoch), every rank's generator states (CPU and
-device, see distbench/rng.py), the loss history so far and the config. It is read with
-`torch.load(weights_only=True)`: no pickled code is run.
+A checkpoint (`Checkpoint`, the one schema: the loop writes one and reads one back) holds the model and optimizer
+(and scheduler) state, the data position (global step; epoch and step within it follow from the steps per epoch),
+every rank's generator states (CPU and device, see distbench/training/rng.py), the loss history so far and the
+config. It is read with `torch.load(weights_only=True)`: no pickled code is run.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 
-from distbench.config import RunConfig
+from distbench.config import RESUME_MUST_MATCH, RunConfig, flag
 from distbench.errors import UserError
 
 FILENAME = "checkpoint.pt"
 _DEFAULTS = RunConfig().to_dict()
 FORMAT = 2  # 2: "rng" is {"cpu": [world, n], DEVICE: [world, m]}; 1 (still read): the CPU states alone
-# Options that must match for a resumed run to continue the same optimisation.
-MUST_MATCH = (
-    "task", "model", "batch_size", "seed", "lr", "dropout", "max_length", "precision", "schedule",
-    "max_grad_norm", "warmup_ratio", "head_lr", "accumulate", "grad_compression",
-)  # fmt: skip
+
+
+@dataclass
+class Checkpoint:
+    """What a checkpoint holds; saved as a dict of these fields and "format"."""
+
+    step: int  # global steps done
+    world_size: int
+    model: dict  # the unwrapped model's state dict
+    optimizer: dict
+    scheduler: dict | None
+    rng: dict[str, torch.Tensor]  # every rank's generator states, stacked in rank order (rng.gather)
+    loss_history: torch.Tensor  # float64, the global mean loss of every step so far
+    config: dict  # the run's RunConfig as a dict
+
+    def state(self) -> dict:
+        return {"format": FORMAT, **{f.name: getattr(self, f.name) for f in fields(self)}}
 
 
 def path_in(directory: Path) -> Path:
     return directory / FILENAME
 
 
-def save(state: dict, path: Path) -> None:
+def save(ckpt: Checkpoint, path: Path) -> None:
     """Write to a temporary file in the same folder, fsync, then rename: never a half-written checkpoint."""
+    state = ckpt.state()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint-", suffix=".tmp")
     try:
@@ -46,7 +60,7 @@ def save(state: dict, path: Path) -> None:
         raise
 
 
-def load(path: Path, config: dict, world_size: int) -> dict:
+def load(path: Path, config: dict, world_size: int) -> Checkpoint:
     """Read and check a checkpoint; any problem is one clear line (UserError), the file left as it is."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -58,10 +72,10 @@ def load(path: Path, config: dict, world_size: int) -> dict:
     if state["format"] == 1:
         state["rng"] = {"cpu": state["rng"]}
     saved = {**_DEFAULTS, **state["config"]}  # options added later: an older checkpoint ran with their default
-    for key in MUST_MATCH:
+    for key in RESUME_MUST_MATCH:
         if saved.get(key) != config.get(key):
             raise UserError(
-                f"checkpoint {path} was written with --{key.replace('_', '-')} {saved.get(key)}, this run has "
+                f"checkpoint {path} was written with {flag(key)} {saved.get(key)}, this run has "
                 f"{config.get(key)}; use another --checkpoint-dir"
             )
     if state["world_size"] != world_size:
@@ -75,4 +89,4 @@ def load(path: Path, config: dict, world_size: int) -> dict:
             f"checkpoint {path} is at step {state['step']}, past --max-steps {max_steps}; raise --max-steps or "
             "use another --checkpoint-dir"
         )
-    return state
+    return Checkpoint(**{f.name: state[f.name] for f in fields(Checkpoint)})

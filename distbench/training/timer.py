@@ -16,7 +16,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms")
+PHASES = ("data_ms", "forward_backward_ms", "optimizer_ms")  # of a training step, in order (step_breakdown_ms)
+DATA, FORWARD_BACKWARD, OPTIMIZER = PHASES
+WARMUP_MAX = 5
+
+
+def warmup_steps(steps: int) -> int:
+    """The steps of a run left out of its timed window: the first 5, or the first quarter of a shorter run."""
+    return min(WARMUP_MAX, steps // 4)
+
+
 # Start-up, from the process's start to the end of its first training step, in the order they happen: the imports
 # (torch, distbench, the backend's library), joining the process group (the backend's setup), the datasets (the
 # main process first), building and wrapping model and optimizer, and the first step.
@@ -164,7 +173,6 @@ class StepTimer:
             "samples_per_sec": global_batch * steady / window_s if window_s > 0 and steady else float("nan"),
             "step_time_ms": {"p50": percentile(self.step_ms, 0.5), "p90": percentile(self.step_ms, 0.9)},
             "step_breakdown_ms": {k: v / n for k, v in self.phase_ms.items()},
-            "written_bytes_per_step": self.written_bytes_per_step(),
         }
 
     def written_bytes_per_step(self) -> float | None:

@@ -13,7 +13,7 @@ nodes separated by "/"), and each process confines itself to its node's share be
 (`confine`). That works for every launcher: horovodrun starts all nodes' processes from one driver, so they
 cannot inherit a per-node affinity mask. The agents of torchrun and accelerate launch are also started under
 `taskset`, so that the launcher itself runs on its node's share. Threads per process then follow from the share
-(config.default_threads), and several processes of one node pin within it (distbench/affinity.py).
+(config.default_threads), and several processes of one node pin within it (distbench/launching/affinity.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from distbench.affinity import pin_threads
 from distbench.errors import UserError
-from distbench.launch import HOROVODRUN, LOOPBACK, LaunchEnv, Launcher, free_port
+from distbench.launching.affinity import pin_threads
+from distbench.launching.launch import HOROVODRUN, LOOPBACK, LaunchEnv, Launcher, free_port
 
 NODE_CORES_ENV = "DISTBENCH_NODE_CORES"
 # Horovod: host names that horovodrun runs without ssh because their address is this machine's; in a private
@@ -45,8 +45,9 @@ class SimulatedNodes:
         if nodes <= 0:
             raise UserError(f"--nodes must be positive, got {nodes}")
         if nodes > len(cores):
-            raise UserError(f"--nodes {nodes}: each simulated node needs a core of its own, and this process may "
-                            f"use {len(cores)}")  # fmt: skip
+            raise UserError(
+                f"--nodes {nodes}: each simulated node needs a core of its own, and this process may use {len(cores)}"
+            )
         share = len(cores) // nodes
         return cls(tuple(tuple(cores[i * share : (i + 1) * share]) for i in range(nodes)))
 
@@ -73,8 +74,10 @@ def confine(launch: LaunchEnv, env: Mapping[str, str] = os.environ) -> tuple[int
         return None
     sim = SimulatedNodes.parse(value)
     if sim.nodes != launch.nodes or not 0 <= launch.node_rank < sim.nodes:
-        raise UserError(f"{NODE_CORES_ENV} describes {sim.nodes} simulated node(s), but {launch.launcher} started "
-                        f"this process as node {launch.node_rank} of {launch.nodes}")  # fmt: skip
+        raise UserError(
+            f"{NODE_CORES_ENV} describes {sim.nodes} simulated node(s), but {launch.launcher} started "
+            f"this process as node {launch.node_rank} of {launch.nodes}"
+        )
     cores = sim.node_cores[launch.node_rank]
     pin_threads(list(cores))
     return cores
@@ -86,8 +89,10 @@ def hosts(launcher: Launcher, nodes: int) -> list[str]:
     if launcher is not HOROVODRUN:
         return [LOOPBACK] * nodes
     if nodes > len(HOROVOD_LOCAL_HOSTS):
-        raise UserError(f"--nodes {nodes}: horovodrun can simulate at most {len(HOROVOD_LOCAL_HOSTS)} nodes on one "
-                        f"host ({', '.join(HOROVOD_LOCAL_HOSTS)}: the names it runs without ssh)")  # fmt: skip
+        raise UserError(
+            f"--nodes {nodes}: horovodrun can simulate at most {len(HOROVOD_LOCAL_HOSTS)} nodes on one "
+            f"host ({', '.join(HOROVOD_LOCAL_HOSTS)}: the names it runs without ssh)"
+        )
     return list(HOROVOD_LOCAL_HOSTS[:nodes])
 
 

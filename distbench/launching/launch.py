@@ -82,8 +82,15 @@ class Launcher:
 
     # the variables that hold rank, local rank, world size, local world size, restarts, node rank and node
     # count: torch's (torchrun's agent, also under accelerate launch) unless a launcher says otherwise
-    variables = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RESTART_COUNT", "GROUP_RANK",
-                 "GROUP_WORLD_SIZE")  # fmt: skip
+    variables = (
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "TORCHELASTIC_RESTART_COUNT",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+    )
 
     def read(self, env: Mapping[str, str]) -> LaunchEnv:
         rank, local_rank, size, local_size, restarts, node, nodes = (env.get(v) for v in self.variables)
@@ -93,8 +100,9 @@ class Launcher:
         nodes = int(nodes) if nodes else max(1, size // local_size)
         return LaunchEnv(self.name, rank, int(local_rank or 0), size, local_size, int(restarts or 0), node, nodes)
 
-    def commands(self, program: Program, nprocs: int | str, hosts: list[str] | None = None,
-                 port: int | str | None = None) -> list[list[str]]:  # fmt: skip
+    def commands(
+        self, program: Program, nprocs: int | str, hosts: list[str] | None = None, port: int | str | None = None
+    ) -> list[list[str]]:
         raise NotImplementedError
 
 
@@ -123,11 +131,34 @@ class Torchrun(Launcher):
         if not hosts:
             return [["torchrun", "--nproc_per_node", str(nprocs), *program]]
         if len(hosts) == 1:  # torchrun's static rendezvous on the given address
-            return [["torchrun", "--nproc_per_node", str(nprocs), "--master_addr", hosts[0], "--master_port",
-                     str(port), *program]]  # fmt: skip
+            return [
+                [
+                    "torchrun",
+                    "--nproc_per_node",
+                    str(nprocs),
+                    "--master_addr",
+                    hosts[0],
+                    "--master_port",
+                    str(port),
+                    *program,
+                ]
+            ]
         # several nodes: one agent per node, meeting at the c10d rendezvous on the first node
-        return [["torchrun", "--nnodes", str(len(hosts)), "--nproc_per_node", str(nprocs), "--rdzv-backend", "c10d",
-                 "--rdzv-endpoint", f"{hosts[0]}:{port}", *program] for _ in hosts]  # fmt: skip
+        return [
+            [
+                "torchrun",
+                "--nnodes",
+                str(len(hosts)),
+                "--nproc_per_node",
+                str(nprocs),
+                "--rdzv-backend",
+                "c10d",
+                "--rdzv-endpoint",
+                f"{hosts[0]}:{port}",
+                *program,
+            ]
+            for _ in hosts
+        ]
 
 
 class AccelerateLaunch(Launcher):
@@ -148,8 +179,23 @@ class AccelerateLaunch(Launcher):
         if not hosts:
             return [["accelerate", "launch", "--multi_gpu", "--num_processes", total, *fixed, *program]]
         rendezvous = ["--main_process_ip", hosts[0], "--main_process_port", str(port)]
-        return [["accelerate", "launch", "--multi_gpu", "--num_processes", total, "--num_machines", str(nodes),
-                 "--machine_rank", str(rank), *fixed, *rendezvous, *program] for rank in range(nodes)]  # fmt: skip
+        return [
+            [
+                "accelerate",
+                "launch",
+                "--multi_gpu",
+                "--num_processes",
+                total,
+                "--num_machines",
+                str(nodes),
+                "--machine_rank",
+                str(rank),
+                *fixed,
+                *rendezvous,
+                *program,
+            ]
+            for rank in range(nodes)
+        ]
 
 
 class Horovodrun(Launcher):
@@ -160,8 +206,15 @@ class Horovodrun(Launcher):
         return "HOROVOD_RANK" in env or "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env
 
     # Horovod: a node is a "cross" group; no restarts
-    variables = ("HOROVOD_RANK", "HOROVOD_LOCAL_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_SIZE", "", "HOROVOD_CROSS_RANK",
-                 "HOROVOD_CROSS_SIZE")  # fmt: skip
+    variables = (
+        "HOROVOD_RANK",
+        "HOROVOD_LOCAL_RANK",
+        "HOROVOD_SIZE",
+        "HOROVOD_LOCAL_SIZE",
+        "",
+        "HOROVOD_CROSS_RANK",
+        "HOROVOD_CROSS_SIZE",
+    )
 
     def commands(self, program, nprocs, hosts=None, port=None):
         # Horovod: one horovodrun for every node; it starts the remote ones (ssh, or directly for a host
@@ -184,10 +237,20 @@ class ByHand(Launcher):
     def commands(self, program, nprocs, hosts=None, port=None):
         hosts, n = hosts or ["HOST0"], int(nprocs)
         return [
-            ["env", f"RANK={node * n + local}", f"WORLD_SIZE={n * len(hosts)}", f"LOCAL_RANK={local}",
-             f"LOCAL_WORLD_SIZE={n}", f"MASTER_ADDR={hosts[0]}", f"MASTER_PORT={port or 29500}", "python", *program]
-            for node in range(len(hosts)) for local in range(n)
-        ]  # fmt: skip
+            [
+                "env",
+                f"RANK={node * n + local}",
+                f"WORLD_SIZE={n * len(hosts)}",
+                f"LOCAL_RANK={local}",
+                f"LOCAL_WORLD_SIZE={n}",
+                f"MASTER_ADDR={hosts[0]}",
+                f"MASTER_PORT={port or 29500}",
+                "python",
+                *program,
+            ]
+            for node in range(len(hosts))
+            for local in range(n)
+        ]
 
 
 PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND = Python(), Torchrun(), AccelerateLaunch(), Horovodrun(), ByHand()

@@ -1,10 +1,10 @@
 """Report of compare sweeps, from results.jsonl: summary.csv (one row per configuration), runs.csv (one row
 per run), a markdown report with verdicts and a noise gauge, and plots with error bars.
 
-A *configuration* is what a sweep varies (task, backend, world size, threads per process); each is run once
-per round. Summaries are medians over rounds with bootstrap intervals; speed-up and efficiency are paired
-with the same round's reference run (`single` x1, same threads per process). The statistics are in
-distbench/stats.py, and why they are these in docs/statistics.md.
+A *configuration* is what a sweep varies (distbench/sweep/configuration.py: task, backend, world size, threads per
+process and the other axes); each is run once per round. Summaries are medians over rounds with bootstrap
+intervals; speed-up and efficiency are paired with the same round's reference run (`single` x1, same threads per
+process). The statistics are in distbench/sweep/stats.py, and why they are these in docs/statistics.md.
 """
 
 from __future__ import annotations
@@ -17,36 +17,60 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
-from backends import NAMES
-from distbench import stats
 from distbench.errors import UserError
-from distbench.reporter import read_jsonl
-from distbench.stats import Summary
+from distbench.sweep import stats
+from distbench.sweep.configuration import AXES, SweepConfig
+from distbench.sweep.stats import Summary
+from distbench.training.reporter import read_jsonl
+from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, PHASES
 
-# what identifies a configuration, with the value a record from before that field existed had
-_COMPRESSIONS = ("none", "fp16", "bf16")  # the order configurations are listed in
-CONFIG_FIELDS = {"task": None, "backend": None, "world_size": None, "threads_per_process": None, "accumulate": 1,
-                 "grad_compression": "none", "nodes": 1, "link_rate": "none"}  # fmt: skip
+AXIS_COLUMNS = list(SweepConfig().to_record())  # the configuration's axes, as the records name them
 
+# what the report shows of each configuration as the plain median over its rounds ("epochs": not a column)
+_MEDIAN_FIELDS = (
+    "startup_s",
+    "launch_to_first_step_s",
+    "peak_rss_mb",
+    "final_loss",
+    "eval_accuracy",
+    "eval_count",
+    "time_to_target_s",
+    "steps",
+    "epochs",
+)
+# the summarised metrics: the median, then its interval's ends (and, for samples/s, the min and max)
+_SUMMARIES = {
+    "samples_per_sec": ("", "_lo", "_hi", "_min", "_max"),
+    "speedup": ("", "_lo", "_hi"),
+    "scaling_efficiency": ("", "_lo", "_hi"),
+}
 COLUMNS = [
-    "task", "backend", "world_size", "threads_per_process", "accumulate", "grad_compression", "nodes", "link_rate",
-    "label", "runs", "runs_ok",
-    "samples_per_sec", "samples_per_sec_lo", "samples_per_sec_hi", "samples_per_sec_min", "samples_per_sec_max",
-    "speedup", "speedup_lo", "speedup_hi", "scaling_efficiency", "scaling_efficiency_lo", "scaling_efficiency_hi",
-    "step_p50_ms", "step_p90_ms", "data_ms", "forward_backward_ms", "optimizer_ms", "startup_s",
-    "launch_to_first_step_s", "peak_rss_mb", "final_loss", "eval_accuracy", "eval_count", "time_to_target_s",
-    "steps", "error", "command",
-]  # fmt: skip
+    *AXIS_COLUMNS,
+    *("label", "runs", "runs_ok"),
+    *(metric + end for metric, ends in _SUMMARIES.items() for end in ends),
+    *("step_p50_ms", "step_p90_ms", *PHASES),
+    *_MEDIAN_FIELDS[:-1],
+    *("error", "command"),
+]
 
 RUN_COLUMNS = [
-    "round", "order", "task", "backend", "world_size", "threads_per_process", "accumulate", "grad_compression",
-    "nodes", "link_rate", "status", "samples_per_sec",
-    "speedup", "step_p50_ms", "step_p90_ms", "peak_rss_mb", "final_loss", "eval_accuracy", "eval_count",
-    "launch_to_first_step_s", "steps", "error", "command",
-]  # fmt: skip
-
-_MEDIAN_FIELDS = ("startup_s", "launch_to_first_step_s", "peak_rss_mb", "final_loss", "eval_accuracy",
-                  "eval_count", "time_to_target_s", "steps", "epochs")  # fmt: skip
+    "round",
+    "order",
+    *AXIS_COLUMNS,
+    "status",
+    "samples_per_sec",
+    "speedup",
+    "step_p50_ms",
+    "step_p90_ms",
+    "peak_rss_mb",
+    "final_loss",
+    "eval_accuracy",
+    "eval_count",
+    "launch_to_first_step_s",
+    "steps",
+    "error",
+    "command",
+]
 
 
 REQUIRED = ("task", "backend", "world_size", "status")  # what a line of results.jsonl must hold to be reported
@@ -82,40 +106,19 @@ def load(dirs: list[Path]) -> Loaded:
     return loaded
 
 
-def config_key(rec: dict) -> tuple:
-    return tuple(rec.get(f, default) for f, default in CONFIG_FIELDS.items())
-
-
 @dataclass
 class Config:
-    """One configuration over the rounds of a sweep: every run of it, ok or failed."""
+    """One configuration (distbench/sweep/configuration.py) over the rounds of a sweep: every run of it, ok or failed,
+    and its label in the report. Its axes read through: `c.backend`, `c.world_size`, ..."""
 
-    task: str
-    backend: str
-    world_size: int
-    threads: int
-    accumulate: int = 1
-    compression: str = "none"
-    nodes: int = 1  # simulated nodes (distbench/topology.py)
-    link_rate: str = "none"  # the shaped loopback's rate (distbench/link.py)
+    config: SweepConfig
     runs: list[dict] = field(default_factory=list)
     label: str = ""
 
-    @property
-    def key(self) -> tuple:
-        return (self.task, self.backend, self.world_size, self.threads, self.accumulate, self.compression, self.nodes,
-                self.link_rate)  # fmt: skip
-
-    @property
-    def setting(self) -> tuple:
-        """What a verdict holds equal between two backends: the work, the threads, the topology, the link."""
-        return (self.task, self.world_size, self.threads, self.nodes, self.link_rate)
-
-    def axes(self) -> dict[str, str]:
-        """The parts of the label beyond backend and world size, each shown only where it varies."""
-        return {"threads": f"t{self.threads}", "accumulate": f"acc{self.accumulate}", "compression": self.compression,
-                "nodes": f"{self.nodes} node{'s' if self.nodes > 1 else ''}",
-                "link": "unshaped" if self.link_rate == "none" else f"@{self.link_rate}"}  # fmt: skip
+    def __getattr__(self, name: str):
+        if name == "config":  # not set yet (copying): no recursion
+            raise AttributeError(name)
+        return getattr(self.config, name)
 
     @property
     def ok(self) -> list[dict]:
@@ -142,46 +145,28 @@ def _get(rec: dict, metric: str):
 
 
 def configurations(records: list[dict]) -> list[Config]:
-    """The configurations (by task, then backend in the registry's order, world size, threads), each with its
-    runs, and labels that are as short as they can be without two configurations of a task sharing one."""
-    configs: dict[tuple, Config] = {}
+    """The configurations (by task, then in SweepConfig's order), each with its runs, and labels that are as short as
+    they can be without two configurations of a task sharing one: backend and world size, then each axis that
+    varies among the configurations of that backend and world size."""
+    configs: dict[SweepConfig, Config] = {}
     for rec in records:
-        key = config_key(rec)
-        if key not in configs:
-            configs[key] = Config(*key)
-        configs[key].runs.append(rec)
+        config = SweepConfig.from_record(rec)
+        configs.setdefault(config, Config(config)).runs.append(rec)
     tasks = list(dict.fromkeys(c.task for c in configs.values()))
-    order = {name: i for i, name in enumerate(NAMES)}
-    out = sorted(configs.values(), key=lambda c: (tasks.index(c.task), order.get(c.backend, len(order)),
-                                                  c.world_size, c.nodes, c.threads, c.accumulate,
-                                                  _COMPRESSIONS.index(c.compression)
-                                                  if c.compression in _COMPRESSIONS else 99,
-                                                  _rate_order(c.link_rate)))  # fmt: skip
+    out = sorted(configs.values(), key=lambda c: (tasks.index(c.task), c.config.sort_key()))
     for c in out:
         twins = [o for o in out if (o.task, o.backend, o.world_size) == (c.task, c.backend, c.world_size)]
-        shown = [text for axis, text in c.axes().items() if len({o.axes()[axis] for o in twins}) > 1]
+        texts = c.config.texts()
+        shown = [text for axis, text in texts.items() if len({o.config.texts()[axis] for o in twins}) > 1]
         c.label = " ".join([f"{c.backend} x{c.world_size}", *shown])
     return out
 
 
-def _rate_order(rate: str) -> float:
-    """Unshaped first, then the fastest link to the slowest."""
-    from distbench.link import parse_rate
-
-    try:
-        bits = parse_rate(rate)
-    except Exception:  # noqa: BLE001 - a record from elsewhere with a rate this version cannot read: last
-        return 0.0
-    return -(bits or float("inf"))
-
-
 def reference_for(cfg: Config, configs: list[Config]) -> Config | None:
-    """`single` at world size 1 (one node, unshaped: it exchanges nothing), same task, threads per process and
-    accumulation: the reference of speed-up."""
-    for c in configs:
-        if c.key == (cfg.task, "single", 1, cfg.threads, cfg.accumulate, "none", 1, "none") and c.ok:
-            return c
-    return None
+    """The reference of speed-up (SweepConfig.reference: `single` x1, same task, threads and accumulation), if it
+    ran."""
+    wanted = cfg.config.reference()
+    return next((c for c in configs if c.config == wanted and c.ok), None)
 
 
 def speedup(cfg: Config, configs: list[Config]) -> Summary | None:
@@ -195,31 +180,44 @@ def speedup(cfg: Config, configs: list[Config]) -> Summary | None:
 def _scaled(s: Summary | None, k: float) -> Summary | None:
     if s is None:
         return None
-    return Summary(s.median / k, s.lo / k if s.has_interval else None, s.hi / k if s.has_interval else None,
-                   s.min / k, s.max / k, s.n)  # fmt: skip
+    return Summary(
+        s.median / k,
+        s.lo / k if s.has_interval else None,
+        s.hi / k if s.has_interval else None,
+        s.min / k,
+        s.max / k,
+        s.n,
+    )
 
 
 def config_row(cfg: Config, configs: list[Config]) -> dict:
     """One configuration's medians (and intervals) as a flat row: the CSV's and the table's."""
-    row = {"task": cfg.task, "backend": cfg.backend, "world_size": cfg.world_size,
-           "threads_per_process": cfg.threads, "accumulate": cfg.accumulate, "grad_compression": cfg.compression,
-           "nodes": cfg.nodes, "link_rate": cfg.link_rate, "label": cfg.label, "runs": len(cfg.runs),
-           "runs_ok": len(cfg.ok),
-           "command": cfg.runs[0].get("command")}  # fmt: skip
+    row = {
+        **cfg.config.to_record(),
+        "label": cfg.label,
+        "runs": len(cfg.runs),
+        "runs_ok": len(cfg.ok),
+        "command": cfg.runs[0].get("command"),
+    }
     failed = [r for r in cfg.runs if r["status"] != "ok"]
     row["error"] = (failed[-1].get("error") or "").splitlines()[-1] if failed and failed[-1].get("error") else ""
     sps = cfg.summary()
     if sps is None:
         return row
-    row.update(samples_per_sec=sps.median, samples_per_sec_lo=sps.lo, samples_per_sec_hi=sps.hi,
-               samples_per_sec_min=sps.min, samples_per_sec_max=sps.max)  # fmt: skip
+    row.update(
+        samples_per_sec=sps.median,
+        samples_per_sec_lo=sps.lo,
+        samples_per_sec_hi=sps.hi,
+        samples_per_sec_min=sps.min,
+        samples_per_sec_max=sps.max,
+    )
     up = speedup(cfg, configs)
     eff = _scaled(up, cfg.world_size)
     for name, s in (("speedup", up), ("scaling_efficiency", eff)):
         if s is not None:
             row.update({name: s.median, f"{name}_lo": s.lo, f"{name}_hi": s.hi})
     row["step_p50_ms"], row["step_p90_ms"] = cfg.median("step_time_ms.p50"), cfg.median("step_time_ms.p90")
-    for phase in ("data_ms", "forward_backward_ms", "optimizer_ms"):
+    for phase in PHASES:
         row[phase] = cfg.median(f"step_breakdown_ms.{phase}")
     for name in _MEDIAN_FIELDS:
         row[name] = cfg.median(name)
@@ -228,14 +226,14 @@ def config_row(cfg: Config, configs: list[Config]) -> dict:
 
 
 def run_rows(records: list[dict], configs: list[Config]) -> list[dict]:
-    by_key = {c.key: c for c in configs}
+    by_config = {c.config: c for c in configs}
     out = []
     for r in records:
         row = {k: r.get(k) for k in RUN_COLUMNS}
         row["error"] = (r.get("error") or "").splitlines()[-1] if r.get("error") else ""
         if r["status"] == "ok":
             row["step_p50_ms"], row["step_p90_ms"] = r["step_time_ms"]["p50"], r["step_time_ms"]["p90"]
-            ref = reference_for(by_key[config_key(r)], configs)
+            ref = reference_for(by_config[SweepConfig.from_record(r)], configs)
             ref_sps = ref.by_round().get(r["round"]) if ref else None
             row["speedup"] = r["samples_per_sec"] / ref_sps if ref_sps else None
         out.append(row)
@@ -250,7 +248,7 @@ def comparisons(configs: list[Config]) -> list[tuple[str, str, Summary | None]]:
     out = []
     ok = [c for c in configs if c.ok]
     for a, b in combinations(ok, 2):
-        if a.setting == b.setting:
+        if a.config.held() == b.config.held():
             out.append((b.label, a.label, stats.summarize(stats.paired_ratios(b.by_round(), a.by_round()))))
     for c in ok:
         ref = reference_for(c, configs)
@@ -268,32 +266,40 @@ def noise_lines(configs: list[Config]) -> list[str]:
     the paired ratios' intervals (drift cancels in them, the runs' own noise does not); a warning above
     stats.NOISE_WARN_PCT."""
     lines = []
-    for ref in (c for c in configs if c.backend == "single" and c.world_size == 1 and c.ok):
+    for ref in (c for c in configs if c.config.is_reference and c.ok):
         s = ref.summary()
-        lines.append(f"- Reference {ref.label}: median {s.median:.1f} samples/s over {s.n} round(s), min-max "
-                     f"{s.min:.1f}-{s.max:.1f} ({100 * (s.max - s.min) / s.median:.0f} % of the median).")  # fmt: skip
+        lines.append(
+            f"- Reference {ref.label}: median {s.median:.1f} samples/s over {s.n} round(s), min-max "
+            f"{s.min:.1f}-{s.max:.1f} ({100 * (s.max - s.min) / s.median:.0f} % of the median)."
+        )
     rounds = max((len(c.ok) for c in configs), default=0)
     widths = [r.half_width_pct() for _, _, r in comparisons(configs) if r is not None and r.has_interval]
     if not widths:
-        lines.append(f"- **Warning**: fewer than {stats.MIN_FOR_INTERVAL} rounds: no interval, so no difference can "
-                     "be called real; run with `--repeats 5` or more.")  # fmt: skip
+        lines.append(
+            f"- **Warning**: fewer than {stats.MIN_FOR_INTERVAL} rounds: no interval, so no difference can "
+            "be called real; run with `--repeats 5` or more."
+        )
         return lines
     resolution = sorted(widths)[len(widths) // 2]
-    text = (f"- Resolution: the paired ratios' {stats.CI} are ±{resolution:.1f} % wide (median over "
-            f"{len(widths)} comparisons, {rounds} rounds)")  # fmt: skip
+    text = (
+        f"- Resolution: the paired ratios' {stats.CI} are ±{resolution:.1f} % wide (median over "
+        f"{len(widths)} comparisons, {rounds} rounds)"
+    )
     if resolution > stats.NOISE_WARN_PCT:
-        text += (f". **Warning**: this machine is too noisy to resolve differences smaller than about "
-                 f"{resolution:.0f} % with {rounds} rounds; more rounds (`--repeats`) or a quieter machine narrow "
-                 "it")  # fmt: skip
+        text += (
+            f". **Warning**: this machine is too noisy to resolve differences smaller than about "
+            f"{resolution:.0f} % with {rounds} rounds; more rounds (`--repeats`) or a quieter machine narrow "
+            "it"
+        )
     return lines + [text + "."]
 
 
 def baseline_verdicts(old: list[Config], new: list[Config]) -> list[str]:
     """Each configuration of the new sweep against the same one in the baseline (unpaired: different sweeps)."""
-    old_by_key = {c.key: c for c in old if c.ok}
+    old_by_config = {c.config: c for c in old if c.ok}
     lines = []
     for c in new:
-        before = old_by_key.get(c.key)
+        before = old_by_config.get(c.config)
         if before is None or not c.ok:
             lines.append(f"{c.task} {c.label}: not in both sweeps (or failed in one)")
             continue
@@ -327,9 +333,11 @@ def _accuracy(row: dict) -> str:
 
 
 def table_lines(rows: list[dict]) -> list[str]:
-    lines = ["| configuration | samples/s median (95 % CI) | min-max | speed-up (CI) | efficiency (CI) | "
-             "step p50 / p90 ms | accuracy (count) | final loss | peak RSS MB | start-up s | runs ok |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| configuration | samples/s median (95 % CI) | min-max | speed-up (CI) | efficiency (CI) | "
+        "step p50 / p90 ms | accuracy (count) | final loss | peak RSS MB | start-up s | runs ok |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         runs_ok = f"{r['runs_ok']}/{r['runs']}"
         if r.get("samples_per_sec") is None:
@@ -352,12 +360,20 @@ def _steps_line(configs: list[Config]) -> str:
     steps = sorted({r["steps"] for r in ok})
     warmup = sorted({r.get("warmup_steps") for r in ok if r.get("warmup_steps") is not None})
     rounds = max((r["round"] for c in configs for r in c.runs), default=0)
-    return (f"Each run: {', '.join(map(str, steps))} global steps, the first {', '.join(map(str, warmup))} of them "
-            f"warm-up (not timed); {rounds} round(s), every configuration once per round.")  # fmt: skip
+    return (
+        f"Each run: {', '.join(map(str, steps))} global steps, the first {', '.join(map(str, warmup))} of them "
+        f"warm-up (not timed); {rounds} round(s), every configuration once per round."
+    )
 
 
-def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: str | None = None,
-             baseline: list[dict] | None = None, skipped: list[str] = ()) -> str:  # fmt: skip
+def markdown(
+    records: list[dict],
+    sweeps: list[dict],
+    plot_dir: str,
+    built_by: str | None = None,
+    baseline: list[dict] | None = None,
+    skipped: list[str] = (),
+) -> str:
     configs = configurations(records)
     lines = ["# distbench comparison", ""]
     if built_by:
@@ -372,10 +388,15 @@ def markdown(records: list[dict], sweeps: list[dict], plot_dir: str, built_by: s
         pics = [f"![{n}]({plot_dir}/{task}-{n}.png)" for n in ("throughput", "efficiency", "loss", "breakdown")]
         lines += [" ".join(pics[:2]), "", " ".join(pics[2:]), ""]
     if baseline is not None:
-        lines += ["## Against the baseline sweep", "",
-                  "Each configuration's median samples/s in this sweep over the same configuration's in the baseline "
-                  f"(unpaired: the sweeps ran at different times; {stats.CI} by resampling each side).", "",
-                  *[f"- {v}" for v in baseline_verdicts(configurations(baseline), configs)], ""]  # fmt: skip
+        lines += [
+            "## Against the baseline sweep",
+            "",
+            "Each configuration's median samples/s in this sweep over the same configuration's in the baseline "
+            f"(unpaired: the sweeps ran at different times; {stats.CI} by resampling each side).",
+            "",
+            *[f"- {v}" for v in baseline_verdicts(configurations(baseline), configs)],
+            "",
+        ]
     lines += [
         f"Medians over rounds; intervals are the bootstrap {stats.CI} of the median (docs/statistics.md). Speed-up "
         "and efficiency are paired: each run over the same round's `single` x1 with the same threads per process "
@@ -416,14 +437,19 @@ def _environment_lines(records: list[dict]) -> list[str]:
     ]
     threads = sorted({r["threads_per_process"] for r in records})
     lines.append(f"- threads per process: {', '.join(map(str, threads))} (intra-op, set per run)")
-    rates = sorted({r.get("link_rate") or "none" for r in records}, key=_rate_order)
-    if rates != ["none"]:
-        lines.append(f"- link: {', '.join(rates)} (loopback of a private network namespace shaped with tc tbf, one "
-                     "bucket for all traffic; distbench/link.py)")  # fmt: skip
+    unshaped = AXES["link_rate"].default
+    rates = sorted({r.get("link_rate") or unshaped for r in records}, key=AXES["link_rate"].metadata["order"])
+    if rates != [unshaped]:
+        lines.append(
+            f"- link: {', '.join(rates)} (loopback of a private network namespace shaped with tc tbf, one "
+            "bucket for all traffic; distbench/launching/link.py)"
+        )
     nodes = sorted({r.get("nodes", 1) for r in records})
     if nodes != [1]:
-        lines.append(f"- simulated nodes: {', '.join(map(str, nodes))} (each on its own share of the cores; "
-                     "distbench/topology.py)")  # fmt: skip
+        lines.append(
+            f"- simulated nodes: {', '.join(map(str, nodes))} (each on its own share of the cores; "
+            "distbench/launching/topology.py)"
+        )
     return lines + [""]
 
 
@@ -453,10 +479,11 @@ def plot_series(configs: list[Config], task: str, metric: str) -> dict[str, list
         if s is None:
             continue
         label = f"{c.backend}, {c.threads} thread{'s' if c.threads > 1 else ''}/proc"
-        label += (f", acc{c.accumulate}" if c.accumulate != 1 else "") + (
-            f", {c.compression}" if c.compression != "none" else ""
+        label += "".join(
+            f", {text}"
+            for axis, text in c.config.texts().items()
+            if axis != "threads" and getattr(c.config, axis) != AXES[axis].default
         )
-        label += (f", {c.nodes} nodes" if c.nodes > 1 else "") + (f", @{c.link_rate}" if c.link_rate != "none" else "")
         series.setdefault(label, []).append((c.world_size, s))
     return series
 
@@ -491,8 +518,12 @@ def _breakdown_plot(plt, configs: list[Config], path: Path, task: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     labels = [c.label.replace(" ", "\n", 1) for c in configs]
     bottom = [0.0] * len(configs)
-    for part, name in (("data_ms", "data"), ("forward_backward_ms", "forward+backward (DDP: + overlapped sync)"),
-                       ("optimizer_ms", "optimizer step (Horovod: + gradient wait)")):  # fmt: skip
+    names = {
+        DATA: "data",
+        FORWARD_BACKWARD: "forward+backward (DDP: + overlapped sync)",
+        OPTIMIZER: "optimizer step (Horovod: + gradient wait)",
+    }
+    for part, name in names.items():
         vals = [c.median(f"step_breakdown_ms.{part}") or 0.0 for c in configs]
         ax.bar(labels, vals, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
@@ -518,8 +549,10 @@ def write_report(dirs: list[Path], out: Path, built_by: str | None = None, basel
     loaded = load(dirs)
     records, sweeps = loaded.records, loaded.sweeps
     if loaded.skipped and not records:
-        raise UserError(f"no complete record to report in {', '.join(map(str, dirs))} ({len(loaded.skipped)} line(s) "
-                        f"skipped, the first: {loaded.skipped[0]}); nothing was written")  # fmt: skip
+        raise UserError(
+            f"no complete record to report in {', '.join(map(str, dirs))} ({len(loaded.skipped)} line(s) "
+            f"skipped, the first: {loaded.skipped[0]}); nothing was written"
+        )
     for why in loaded.skipped:
         print(f"note: skipped {why}", file=sys.stderr)
     old = load([baseline]).records if baseline is not None else None

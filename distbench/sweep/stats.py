@@ -12,7 +12,7 @@ Why these (docs/statistics.md says it for users):
 - **Verdict**: a difference is reported when the interval of the paired ratio excludes 1, and "no measurable
   difference" otherwise, with the interval, so that a reader sees how large a difference could still hide.
 
-Nothing here knows about records; `distbench.report` feeds it numbers.
+Nothing here knows about records; `distbench.sweep.report` feeds it numbers.
 """
 
 from __future__ import annotations
@@ -96,8 +96,9 @@ def ratio_of_medians(new: list[float], old: list[float], seed: int = 0) -> Summa
     if min(len(new), len(old)) >= MIN_FOR_INTERVAL:
         rng = np.random.default_rng(seed)
         x, y = np.asarray(new, dtype=float), np.asarray(old, dtype=float)
-        ratios = (np.median(x[rng.integers(0, len(x), size=(N_BOOT, len(x)))], axis=1)
-                  / np.median(y[rng.integers(0, len(y), size=(N_BOOT, len(y)))], axis=1))  # fmt: skip
+        ratios = np.median(x[rng.integers(0, len(x), size=(N_BOOT, len(x)))], axis=1) / np.median(
+            y[rng.integers(0, len(y), size=(N_BOOT, len(y)))], axis=1
+        )
         tail = (1 - LEVEL) / 2
         lo = float(np.quantile(ratios, tail, method="lower"))
         hi = float(np.quantile(ratios, 1 - tail, method="higher"))

@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING
 import torch
 
 import distbench
-from backends.base import Backend, ReduceOp
-from distbench import link, topology
-from distbench.affinity import current_cores
+from distbench.backends.base import Backend, ReduceOp
 from distbench.config import available_cpus
-from distbench.timer import StartupClock
+from distbench.launching import link, topology
+from distbench.launching.affinity import current_cores
+from distbench.training.timer import StartupClock
 
 if TYPE_CHECKING:
-    from distbench.loop import Trainer
-    from distbench.timer import StepTimer
+    from distbench.training.loop import Trainer
+    from distbench.training.timer import StepTimer
 
 
 @dataclass
@@ -54,7 +54,7 @@ def environment(backend: Backend, threads: int, cores: list[int] | None) -> dict
         "cpu_count": os.cpu_count(),
         "cpus_available": available_cpus(),  # this process's affinity mask (taskset, cpusets)
         "threads_per_process": threads,
-        "pinned_cores": cores,  # this process's cores (see distbench/affinity.py); None: not pinned
+        "pinned_cores": cores,  # this process's cores (see distbench/launching/affinity.py); None: not pinned
         "device": str(backend.device),
         "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
     }
@@ -134,7 +134,7 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "accuracy_meaningful": getattr(trainer.task, "accuracy_meaningful", True),  # False: synthetic data
         "environment": environment(backend, cfg.threads, facts.cores),
         "topology": topology.describe(backend.launch, placement(backend)),
-        "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (distbench/link.py); None: unshaped
+        "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (launching/link.py); None: unshaped
         "launcher": backend.launch.launcher,
         # torchrun: how often this machine's agent had restarted the worker group when this run began
         "launcher_restarts": backend.launch.restart_count,

@@ -1,0 +1,187 @@
+"""`run.py compare`, `run.py simulate` and `run.py report`.
+
+compare's options are the sweep's own (where it writes, rounds, order seed, timeouts), one per swept axis of
+SweepConfig (a comma-separated list each) and every run option a sweep forwards (RunConfig's FORWARD fields), each
+as declared; a forwarded option reaches every run only when it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from distbench.backends import NAMES, REFERENCE, get_spec
+from distbench.cli.declared import command, new_app, param, run_options
+from distbench.config import DEFAULTS, FIELDS, FORWARDED, POSITIVE, check_dir_option, flag, to_args
+from distbench.errors import UserError
+from distbench.launching import link
+from distbench.sweep.configuration import AXES, SWEPT
+
+# the default of each axis's compare option (the others: the axis's own default)
+AXIS_DEFAULTS = {"backend": ",".join(NAMES), "world_size": "1,2"}
+
+
+def _axis_param(name: str) -> str:
+    return AXES[name].metadata["option"].removeprefix("--").replace("-", "_")
+
+
+def compare_params() -> list:
+    own = [param("out", Path, help="Output folder (results.jsonl, summary.csv, report.md, plots).")]
+    axes = [
+        param(
+            _axis_param(name), str, AXIS_DEFAULTS.get(name, str(AXES[name].default)), help=AXES[name].metadata["help"]
+        )
+        for name in SWEPT
+    ]
+    sweep = [
+        param("threads", int | None, None, help="Threads per process (default: usable CPUs / processes of that run)."),
+        param(
+            "repeats",
+            int,
+            1,
+            help="Rounds: every configuration once per round; medians, intervals and verdicts over them.",
+        ),
+        param("order_seed", int, 0, help="Seed of the shuffled order of each round (recorded)."),
+        param("run_timeout_s", int, 900, help="Per-run timeout; the run is killed and marked failed."),
+        param("extra", str, "", help="Extra run.py options, quoted, e.g. '--precision bf16'."),
+    ]
+    forwarded = run_options(FORWARDED, optional=True)
+    return [*own, *axes, *sweep, *forwarded]
+
+
+def compare(values: dict) -> None:
+    from distbench.sweep.executor import LocalExecutor
+    from distbench.sweep.plan import axis_values, plan_runs, round_orders
+    from distbench.sweep.runner import RESULTS, Sweep, run_sweep
+
+    out, repeats, order_seed = values.pop("out"), values.pop("repeats"), values.pop("order_seed")
+    threads, timeout_s, extra = values.pop("threads"), values.pop("run_timeout_s"), values.pop("extra")
+    axes = axis_values({name: values.pop(_axis_param(name)) for name in SWEPT})
+    run_values = {name: values[name] for name in FORWARDED}
+    _check(out / RESULTS, threads, repeats, run_values)
+    task = run_values["task"] or DEFAULTS["task"]
+    planned = plan_runs(_task_name(task), axes, threads)
+    executor = LocalExecutor()
+    executor.check([p.config for p in planned])  # last: a shaped link re-runs this command in a private namespace
+    base_args = ["--task", task, *to_args({**run_values, "task": None}), "--no-progress", *shlex.split(extra)]
+    sweep = Sweep(out, _task_name(task), base_args, planned, round_orders(len(planned), repeats, order_seed), timeout_s)
+    out.mkdir(parents=True, exist_ok=True)
+    command_line = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    (out / "sweep.json").write_text(json.dumps(sweep.describe(command_line, repeats, order_seed), indent=2) + "\n")
+    t0 = time.time()
+    try:
+        run_sweep(sweep, executor)
+    except KeyboardInterrupt:
+        print(f"interrupted: the current run was stopped; records so far are in {out / RESULTS}", file=sys.stderr)
+        _write_report(out)
+        raise typer.Exit(130) from None
+    print(f"sweep done in {time.time() - t0:.0f} s", file=sys.stderr)
+    report_md = _write_report(out)
+    print(report_md.split("## Environment")[0].rstrip())
+    print(f"\nreport: {out / 'report.md'} (plots, summary.csv and {RESULTS} beside it)")
+
+
+def _check(results: Path, threads: int | None, repeats: int, run_values: dict) -> None:
+    """The sweep's options that no run would catch before it starts, and each forwarded option's own checks: one line
+    each, before any run."""
+    if (error := POSITIVE.error("--threads", threads)) is not None:
+        raise UserError(error)
+    if (error := POSITIVE.error("--repeats", repeats)) is not None:
+        raise UserError(error)
+    for name, value in run_values.items():
+        for check in FIELDS[name].metadata["checks"]:
+            if (error := check.error(flag(name), value)) is not None:
+                raise UserError(error)
+    check_dir_option("data_dir", run_values.get("data_dir"))
+    if results.exists():
+        raise UserError(
+            f"{results.parent} already holds a sweep ({results.name}); choose another --out (nothing is overwritten)"
+        )
+
+
+def _task_name(spec: str) -> str:
+    """The name a task's records carry (a user's task: its `name`, else its class name); a task that cannot be
+    loaded is one line before any run."""
+    from distbench.tasks import task_class
+
+    cls = task_class(spec)
+    name = getattr(cls, "name", None)
+    return name if isinstance(name, str) else cls.__name__
+
+
+def _write_report(out: Path) -> str:
+    from distbench.sweep.report import write_report
+
+    return write_report([out], out)
+
+
+def simulate(
+    ctx: typer.Context,
+    backend: Annotated[str, typer.Option(help="ddp, accelerate or horovod.")],
+    nodes: Annotated[int, typer.Option(help="Simulated nodes, each on its own share of the cores.")] = 2,
+    nprocs: Annotated[int, typer.Option(help="Processes per node.")] = 1,
+    link_rate: Annotated[str, typer.Option(help="Rate of the shaped loopback, e.g. 1gbit or 100mbit.")] = link.UNSHAPED,
+    run_timeout_s: Annotated[int, typer.Option(help="Stop the job after this long.")] = 3600,
+) -> None:
+    from distbench.sweep.configuration import SweepConfig
+    from distbench.sweep.executor import LocalExecutor
+
+    if backend == REFERENCE or get_spec(backend).launchers[0].name == "python":
+        raise UserError(f"--backend {backend} runs one process; simulate a distributed backend")
+    if nodes <= 0 or nprocs <= 0:
+        raise UserError("--nodes and --nprocs must be positive")
+    train_args = [a for a in ctx.args if a != "--"]
+    if "--backend" in train_args:
+        raise UserError("give --backend before --, as simulate's own option")
+    link.parse_rate(link_rate)
+    config = SweepConfig(backend=backend, world_size=nodes * nprocs, nodes=nodes, link_rate=link_rate)
+    executor = LocalExecutor()
+    executor.check([config])
+    try:
+        code = executor.run_attached(config, train_args, run_timeout_s)
+    except subprocess.TimeoutExpired:
+        raise UserError(f"the job ran past --run-timeout-s {run_timeout_s} and was stopped") from None
+    raise typer.Exit(code)
+
+
+def report(
+    dirs: Annotated[list[Path], typer.Argument(help="Folders written by `run.py compare`.")],
+    out: Annotated[Path | None, typer.Option(help="Where to write (default: the first folder).")] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="An older sweep folder: each configuration of DIRS gets a verdict against the same one."),
+    ] = None,
+) -> None:
+    from distbench.sweep.report import write_report
+    from distbench.sweep.runner import RESULTS
+
+    for d in [*dirs, *([baseline] if baseline is not None else [])]:
+        if not (d / RESULTS).is_file():
+            raise UserError(f"{d} holds no {RESULTS} (was it written by `run.py compare`?)")
+    built_by = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    print(write_report(dirs, out or dirs[0], built_by, baseline))
+
+
+def sweep_app() -> typer.Typer:
+    app = new_app()
+    command(
+        app,
+        "compare",
+        compare_params(),
+        compare,
+        help="Run every backend at several world sizes with its real launcher and report.",
+    )
+    app.command(
+        help="Run one training job as simulated nodes, each on its own cores, optionally over a shaped link; "
+        "the options after -- are run.py's training options (--output says where the record goes).",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(simulate)
+    app.command(help="Rebuild the report (summary.csv, report.md, plots) from compare folders.")(report)
+    return app

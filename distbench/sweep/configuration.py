@@ -1,0 +1,242 @@
+"""One configuration of a sweep: the axes a sweep varies, each declared once.
+
+Each field of `SweepConfig` is one axis (the task too: a report may hold several sweeps). Its declaration, made with
+`axis(...)`, says everything that follows from it:
+
+- `record`: the record field that carries it (threads: `threads_per_process`), read back with the default a
+  record from before the axis existed had;
+- `option`, `help`, `parse`: the `compare` option that sweeps it (a comma-separated list; `--nprocs` is per node:
+  the world size is nodes x processes per node, the one derived axis);
+- `reference`: its value in the reference configuration (`single` x1: one process, one node, no link, nothing
+  compressed), or KEEP where the reference takes the configuration's own;
+- `held`: whether a verdict holds it equal between the two configurations it compares (two backends at different
+  world sizes measure the world size, not the library);
+- `name` and `text`: how it reads in a run's full name (file names, sweep.json) and in a report's short label,
+  where it is shown only when it varies;
+- `order`: how configurations are listed.
+
+Adding an axis is one field here (and the run option it sets, if it is new): the plan, the executor, the records,
+the report's keys, labels, order, verdicts and plots follow (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from distbench.backends import DISTRIBUTED, NAMES, REFERENCE
+from distbench.config import GradCompression, to_args
+from distbench.errors import UserError
+from distbench.launching import link
+
+KEEP = object()  # the reference keeps the configuration's own value on this axis
+
+
+def _csv(text: str, option: str) -> list[str]:
+    items = [v.strip() for v in text.split(",") if v.strip()]
+    if not items:
+        raise UserError(f"{option} is empty")
+    return items
+
+
+def positive_ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(v) for v in _csv(text, option)]
+    except ValueError as e:
+        raise UserError(f"{option} must be comma-separated integers, got {text!r}") from e
+    if any(v <= 0 for v in values):
+        raise UserError(f"{option} values must be positive")
+    return values
+
+
+def _backends(text: str, option: str) -> list[str]:
+    from distbench.backends import get_spec
+
+    values = _csv(text, option)
+    for name in values:
+        get_spec(name)  # an unknown name is one line
+    return values
+
+
+def _compressions(text: str, option: str) -> list[str]:
+    values = _csv(text, option)
+    for v in values:
+        if v not in GradCompression.__members__:
+            raise UserError(f"{option}: {v!r} is not one of {', '.join(GradCompression.__members__)}")
+    return values
+
+
+def _rates(text: str, option: str) -> list[str]:
+    values = _csv(text, option)
+    for v in values:
+        link.parse_rate(v)  # a bad rate is one line
+    return values
+
+
+def _rate_order(rate: str) -> float:
+    """Unshaped first, then the fastest link to the slowest."""
+    try:
+        bits = link.parse_rate(rate)
+    except UserError:  # a record from elsewhere with a rate this version cannot read: last
+        return 0.0
+    return -(bits or float("inf"))
+
+
+def axis(
+    default=None,
+    *,
+    record: str | None = None,
+    option: str | None = None,
+    help: str = "",
+    parse: Callable[[str, str], list] | None = None,
+    reference: Any = KEEP,
+    held: bool = False,
+    name: Callable[[Any], str] | None = None,
+    text: Callable[[Any], str] | None = None,
+    order: Callable[[Any], Any] = lambda v: v,
+) -> Any:
+    meta = {
+        "record": record,
+        "option": option,
+        "help": help,
+        "parse": parse,
+        "reference": reference,
+        "held": held,
+        "name": name,
+        "text": text,
+        "order": order,
+    }
+    return field(default=default, metadata=meta)
+
+
+_COMPRESSION_ORDER = list(GradCompression.__members__)
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What one run of a sweep is: its task and its value on every axis."""
+
+    task: str = axis(held=True)
+    backend: str = axis(
+        option="--backends",
+        help="Comma-separated backends.",
+        parse=_backends,
+        reference=REFERENCE,
+        order=lambda b: NAMES.index(b) if b in NAMES else len(NAMES),
+    )
+    world_size: int = axis(
+        option="--nprocs",
+        parse=positive_ints,
+        reference=1,
+        held=True,
+        help="Comma-separated processes per node (the world size is nodes x processes).",
+    )
+    threads: int = axis(record="threads_per_process", held=True, name=lambda t: f"t{t}", text=lambda t: f"t{t}")
+    accumulate: int = axis(
+        1,
+        option="--accumulate",
+        parse=positive_ints,
+        help="Comma-separated micro-batches per step, a sweep axis.",
+        name=lambda k: f"acc{k}",
+        text=lambda k: f"acc{k}",
+    )
+    grad_compression: str = axis(
+        GradCompression.none.value,
+        option="--grad-compression",
+        parse=_compressions,
+        help="Comma-separated gradient compressions (none, fp16, bf16), a sweep axis.",
+        reference=GradCompression.none.value,
+        name=str,
+        text=str,
+        order=lambda c: _COMPRESSION_ORDER.index(c) if c in _COMPRESSION_ORDER else 99,
+    )
+    nodes: int = axis(
+        1,
+        option="--nodes",
+        parse=positive_ints,
+        reference=1,
+        held=True,
+        help="Comma-separated simulated node counts, a sweep axis: each node runs --nprocs processes on "
+        "its own share of the cores, started with the launcher's multi-node form.",
+        name=lambda k: f"{k}nodes" if k > 1 else "",
+        text=lambda k: f"{k} node{'s' if k > 1 else ''}",
+    )
+    link_rate: str = axis(
+        link.UNSHAPED,
+        option="--link-rate",
+        parse=_rates,
+        reference=link.UNSHAPED,
+        held=True,
+        help="Comma-separated link rates (e.g. none,1gbit,100mbit), a sweep axis: the sweep runs in "
+        "a private network namespace whose loopback is shaped with tc (needs root or user "
+        "namespaces).",
+        name=lambda r: f"link-{r}" if r != link.UNSHAPED else "",
+        text=lambda r: "unshaped" if r == link.UNSHAPED else f"@{r}",
+        order=_rate_order,
+    )
+
+    # ---- identity ------------------------------------------------------------------------------------------------
+    @property
+    def key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def sort_key(self) -> tuple:
+        """Configurations are listed axis by axis in their declared order: backend (the registry's order), world size,
+        threads, accumulation, compression (none first), nodes, link (unshaped first, then fastest to slowest)."""
+        return tuple(f.metadata["order"](getattr(self, f.name)) for f in fields(self) if f.name != "task")
+
+    def held(self) -> tuple:
+        """What a verdict holds equal between two configurations: the work, the threads, the topology, the link."""
+        return tuple(getattr(self, f.name) for f in fields(self) if f.metadata["held"])
+
+    def reference(self) -> SweepConfig:
+        """The configuration speed-up and efficiency are measured against: `single` x1 with this task, threads and
+        accumulation (one node, unshaped: it exchanges nothing)."""
+        fixed = {f.name: f.metadata["reference"] for f in fields(self) if f.metadata["reference"] is not KEEP}
+        return replace(self, **fixed)
+
+    @property
+    def is_reference(self) -> bool:
+        return self == self.reference()
+
+    def runs_here(self) -> bool:
+        """A reference backend's configuration exists only as the reference itself (`single` has no second process,
+        node, link or compression)."""
+        return self.backend in DISTRIBUTED or self.is_reference
+
+    # ---- names ---------------------------------------------------------------------------------------------------
+    @property
+    def nprocs(self) -> int:
+        """Processes per node."""
+        return self.world_size // self.nodes
+
+    def name(self) -> str:
+        """The full name of a run's configuration: "ddp x2 t1 acc1 none 2nodes link-100mbit" (file names, progress,
+        sweep.json)."""
+        parts = [f"{self.backend} x{self.world_size}"]
+        parts += [f.metadata["name"](getattr(self, f.name)) for f in fields(self) if f.metadata["name"]]
+        return " ".join(p for p in parts if p)
+
+    def texts(self) -> dict[str, str]:
+        """Each shown axis beyond backend and world size as a report's label writes it."""
+        return {f.name: f.metadata["text"](getattr(self, f.name)) for f in fields(self) if f.metadata["text"]}
+
+    # ---- the record ----------------------------------------------------------------------------------------------
+    def to_record(self) -> dict:
+        return {f.metadata["record"] or f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> SweepConfig:
+        """The configuration a record ran; a record from before an axis existed had that axis's default."""
+        return cls(**{f.name: rec.get(f.metadata["record"] or f.name, f.default) for f in fields(cls)})
+
+    def run_args(self) -> list[str]:
+        """The run.py options that put a run on this configuration (the launcher and the link set the rest)."""
+        return to_args(
+            {"threads": self.threads, "accumulate": self.accumulate, "grad_compression": self.grad_compression}
+        )
+
+
+AXES = {f.name: f for f in fields(SweepConfig)}
+SWEPT = tuple(name for name, f in AXES.items() if f.metadata["option"])  # the axes compare takes a list of

@@ -1,0 +1,169 @@
+"""Executors: where and how one configuration's processes start, and its record collected.
+
+The plan (distbench/sweep/plan.py) and the rounds (distbench/sweep/runner.py) know nothing of how processes
+start; an executor knows nothing of rounds or statistics. `Executor` is the seam:
+
+- `check(configs)`: refuse, in one line and before any run, what cannot run where this executor runs them;
+- `run(config, args, out_json, log, timeout_s)`: start `run.py ARGS` as that configuration, wait for it within the
+  timeout, and return its record (or a failure record with the cause), with the command that started it.
+
+`LocalExecutor` runs on this machine: each backend's usual launcher, as simulated nodes with the launcher's
+multi-node form when the configuration has several, over a shaped link when it has one. A cluster scheduler is
+another executor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Protocol
+
+from distbench.backends import DISTRIBUTED, get_spec, typed_command
+from distbench.launching import link, topology
+from distbench.launching.launch import resolve
+from distbench.sweep.configuration import SweepConfig
+
+
+class Executor(Protocol):
+    def check(self, configs: list[SweepConfig]) -> None: ...
+    def run(self, config: SweepConfig, args: list[str], out_json: Path, log: Path, timeout_s: float) -> dict: ...
+
+
+def launch_config(backend: str, world_size: int, nodes: int, args: list[str]) -> topology.NodeLaunch:
+    """The command(s) that start `run.py --backend BACKEND ARGS` with world_size processes: the backend's usual
+    launcher, as `nodes` simulated nodes when there are several."""
+    if nodes == 1:
+        return topology.NodeLaunch([typed_command(backend, world_size, args)], {})
+    spec = get_spec(backend)
+    return topology.node_launch(spec.launchers[0], spec.program(args), nodes, world_size // nodes)
+
+
+class LocalExecutor:
+    """This machine: simulated nodes on their own cores, a shaped loopback in a private network namespace."""
+
+    def check(self, configs: list[SweepConfig]) -> None:
+        """Nodes and link rates that cannot run here: one line, before any run. A shaped link re-runs this command in
+        a private network namespace, so it comes last."""
+        for c in configs:
+            if c.nodes > 1:
+                topology.SimulatedNodes.split(c.nodes)  # a core per node
+                if c.backend in DISTRIBUTED:
+                    topology.hosts(get_spec(c.backend).launchers[0], c.nodes)
+        if any(link.parse_rate(c.link_rate) is not None for c in configs):
+            link.enter_private_namespace()  # returns once inside
+
+    def run(self, config: SweepConfig, args: list[str], out_json: Path, log: Path, timeout_s: float) -> dict:
+        started = launch_config(config.backend, config.world_size, config.nodes, args)
+        if link.inside():
+            link.shape(config.link_rate)
+        env = {**started.env, **link.run_env(config.link_rate)}
+        record = run_one([resolve(c) for c in started.commands], out_json, timeout_s, log, env)
+        record["command"] = started.shell()
+        return record
+
+    def run_attached(self, config: SweepConfig, args: list[str], timeout_s: float) -> int:
+        """One job in the foreground, its output to this terminal: its exit code. Past the timeout its processes are
+        stopped and subprocess.TimeoutExpired raised."""
+        if link.inside():
+            link.shape(config.link_rate)
+        started = launch_config(config.backend, config.world_size, config.nodes, args)
+        print(f"running: {started.shell()}", file=sys.stderr, flush=True)
+        env = {**os.environ, **started.env, **link.run_env(config.link_rate)}
+        procs = [subprocess.Popen(resolve(cmd), env=env, start_new_session=True) for cmd in started.commands]
+        try:
+            return wait_all(procs, timeout_s)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            for p in procs:
+                kill_group(p)
+            raise
+
+
+def tail(text: str, n: int = 12) -> str:
+    """The last lines of a failed run's log, ending with the most telling one: distbench's own one-line
+    error if there is one, else the last exception line, else the last line (launchers add pages of
+    their own failure reports after the cause)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    cause = [line for line in lines if re.search(r"(^|:)error: ", line)]
+    cause = cause or [line for line in lines if re.match(r"^(\[\w+\]:?\s*(<stderr>:)?)?\w*(Error|Exception): ", line)]
+    return "\n".join(lines[-n:] + cause[-1:])
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """Stop a run and everything its launcher started (launchers spawn workers in the same session)."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+PEER_GRACE_S = 30  # after one agent of a multi-node run fails, how long the others get to fail on their own
+
+
+def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> int:
+    """Wait for every process; the first non-zero exit code, or 0. A process that outlives a failed peer by
+    PEER_GRACE_S (an agent waiting at a rendezvous that will never complete) is stopped."""
+    deadline, failed_at = time.monotonic() + timeout_s, None
+    while True:
+        codes = [p.poll() for p in procs]
+        if all(c is not None for c in codes):
+            return next((c for c in codes if c != 0), 0)
+        if failed_at is None and any(c not in (None, 0) for c in codes):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
+            for p in procs:
+                kill_group(p)
+            continue
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired([p.args for p in procs], timeout_s)
+        time.sleep(0.05)
+
+
+def run_one(
+    cmds: list[list[str]], out_json: Path, timeout_s: float, log_path: Path, env: dict[str, str] | None = None
+) -> dict:
+    """Run one configuration's launcher commands (several: one agent per simulated node) together, with `env`
+    added; returns the results record plus `status` and timings, or a failure record."""
+    started = time.time()
+    with open(log_path, "w", encoding="utf-8") as log:
+        procs = [
+            subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                text=True,
+                env={**os.environ, **(env or {})},
+            )
+            for cmd in cmds
+        ]
+        try:
+            rc = wait_all(procs, timeout_s)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                kill_group(p)
+            return {"status": "failed", "error": f"timed out after {timeout_s:.0f} s\n" + tail(log_path.read_text())}
+        except KeyboardInterrupt:
+            for p in procs:
+                kill_group(p)
+            raise
+    elapsed = time.time() - started
+    if rc != 0 or not out_json.exists():
+        return {"status": "failed", "returncode": rc, "error": tail(log_path.read_text()), "elapsed_s": elapsed}
+    record = json.loads(out_json.read_text())
+    record["status"] = "ok"
+    record["elapsed_s"] = elapsed
+    if record.get("first_step_unix"):
+        record["launch_to_first_step_s"] = record["first_step_unix"] - started
+    return record

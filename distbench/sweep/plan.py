@@ -1,0 +1,55 @@
+"""The plan of a sweep: its configurations (every combination of the swept axes' values, and the references they
+are measured against) and the order of each round."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+from distbench.config import available_cpus
+from distbench.sweep.configuration import AXES, SWEPT, SweepConfig
+
+
+@dataclass(frozen=True)
+class Planned:
+    config: SweepConfig
+    baseline: bool = False  # added only as the reference of speed-up and efficiency
+
+
+def axis_values(options: dict[str, str]) -> dict[str, list]:
+    """Each swept axis's values from its `compare` option (comma-separated): one line for a bad value."""
+    return {name: AXES[name].metadata["parse"](options[name], AXES[name].metadata["option"]) for name in SWEPT}
+
+
+def plan_runs(task: str, values: dict[str, list], threads: int | None) -> list[Planned]:
+    """Every combination of the axes' values (an axis not given: its default alone), in the axes' declared order;
+    a combination the reference backend
+    cannot run (a second process, node, link or compression for `single`) is left out. A reference run is added for
+    every (threads, accumulation) used that the sweep does not run itself. Threads default to each node's share of
+    the usable CPUs divided among its processes."""
+    runs = []
+    for combo in itertools.product(*(values.get(name, [AXES[name].default]) for name in SWEPT)):
+        axes = dict(zip(SWEPT, combo, strict=True))
+        axes["world_size"] *= axes["nodes"]  # --nprocs is per node
+        config = SweepConfig(task=task, threads=threads or max(1, available_cpus() // axes["world_size"]), **axes)
+        if config.runs_here():
+            runs.append(Planned(config))
+    have = {p.config for p in runs}
+    missing = {p.config.reference() for p in runs} - have
+    baselines = sorted(missing, key=lambda r: (-r.threads, r.sort_key()))
+    return [Planned(r, baseline=True) for r in baselines] + runs
+
+
+def round_orders(n_configs: int, repeats: int, seed: int) -> list[list[int]]:
+    """The order of the configurations in each round: as planned for a single round, else shuffled per round
+    from the seed (the same seed gives the same orders)."""
+    if repeats == 1:
+        return [list(range(n_configs))]
+    rng = random.Random(seed)
+    orders = []
+    for _ in range(repeats):
+        order = list(range(n_configs))
+        rng.shuffle(order)
+        orders.append(order)
+    return orders

@@ -1,0 +1,76 @@
+"""Running a planned sweep: every configuration once per round, in each round's order, through an executor.
+
+With several rounds, each round's order is shuffled from a recorded seed (sweep.json), so that a slow drift of the
+machine hits every configuration alike and paired ratios within a round cancel it (distbench/sweep/stats.py). Each
+run's record, or its failure with the cause, is appended to results.jsonl and the sweep goes on; Ctrl-C stops the
+current run (the executor ends its processes) and keeps what was recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from distbench.sweep.executor import Executor
+from distbench.sweep.plan import Planned
+from distbench.training.reporter import append_line
+
+RESULTS = "results.jsonl"
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A planned sweep: where it writes, what every run shares, its configurations and the order of each round."""
+
+    out: Path
+    task: str
+    base_args: list[str]  # the run.py options every run shares (task, forwarded options, --extra)
+    planned: list[Planned]
+    orders: list[list[int]]
+    timeout_s: float
+
+    def describe(self, command: str, repeats: int, order_seed: int) -> dict:
+        """sweep.json: how the sweep was started and the order of every round."""
+        return {
+            "command": command,
+            "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "task": self.task,
+            "repeats": repeats,
+            "order_seed": order_seed,
+            "orders": [[self.planned[i].config.name() for i in order] for order in self.orders],
+            "runs_planned": len(self.planned) * len(self.orders),
+        }
+
+
+def run_sweep(sweep: Sweep, executor: Executor) -> None:
+    (sweep.out / "runs").mkdir(parents=True, exist_ok=True)
+    total = len(sweep.planned) * len(sweep.orders)
+    for round_no, order in enumerate(sweep.orders, 1):
+        for position, i in enumerate(order, 1):
+            done = (round_no - 1) * len(sweep.planned) + position
+            progress = f"[{done}/{total}]" + (f" round {round_no}/{len(sweep.orders)}" if len(sweep.orders) > 1 else "")
+            run_planned(sweep, sweep.planned[i], round_no, position, progress, executor)
+
+
+def run_planned(
+    sweep: Sweep, planned: Planned, round_no: int, position: int, progress: str, executor: Executor
+) -> None:
+    """One run of one configuration in one round: start it, append its record (or its failure) to results.jsonl."""
+    config = planned.config
+    name = f"{sweep.task}-{config.name().replace(' ', '-')}-r{round_no}"
+    out_json = sweep.out / "runs" / f"{name}.json"
+    out_json.unlink(missing_ok=True)
+    args = [*sweep.base_args, *config.run_args(), "--output", str(out_json), "--force"]
+    label = f"{progress} {config.name()}"
+    print(f"{label}: running", file=sys.stderr, flush=True)
+    record = executor.run(config, args, out_json, sweep.out / "runs" / f"{name}.log", sweep.timeout_s)
+    record.update(config.to_record(), baseline=planned.baseline, round=round_no, order=position)
+    append_line(sweep.out / RESULTS, json.dumps(record, sort_keys=True))
+    if record["status"] == "ok":
+        said = f"{record['samples_per_sec']:.1f} samples/s, accuracy {record['eval_accuracy']:.4f}"
+    else:
+        said = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
+    print(f"{label}: {said}", file=sys.stderr, flush=True)
