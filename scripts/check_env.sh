@@ -4,7 +4,7 @@
 #
 # The report is read whole, then searched. It was once piped into `grep -q`, which exits at its first match while
 # horovodrun may still be writing; horovodrun then died of the broken pipe and, under pipefail, failed a good
-# build (5 runs in 6 on one machine). tests/test_setup.py runs this check many times against a horovodrun that
+# build (5 runs in 6 on one machine). tests/unit/test_setup.py runs this check many times against a horovodrun that
 # writes its report in pieces.
 #
 # Usage: scripts/check_env.sh VENV

@@ -2,30 +2,28 @@
 
 from __future__ import annotations
 
+import gzip
 import json
-import os
+import struct
 import subprocess
+import sys
 from pathlib import Path
 
-from backends import command
+import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import harness
+from benchmarks.harness import ROOT
+from distbench.backends import command
+from distbench.data import mnist
 
 
 def child_env(tmp_path: Path | None = None, **extra: str) -> dict:
-    env = dict(os.environ)
-    env.update(
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        DISTBENCH_NO_DOWNLOAD="1",
-        OMP_NUM_THREADS="1",
-        PYTHONUNBUFFERED="1",
-        TOKENIZERS_PARALLELISM="false",
+    """The benchmarks' child environment (offline, unbuffered), one thread per process, and with tmp_path a data
+    cache of the test's own."""
+    cache = {"DISTBENCH_CACHE": str(tmp_path / "cache")} if tmp_path is not None else {}
+    return harness.child_env(
+        TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **cache, **extra
     )
-    if tmp_path is not None:
-        env["DISTBENCH_CACHE"] = str(tmp_path / "cache")
-    env.update(extra)
-    return env
 
 
 def run_cmd(cmd: list[str], timeout: float, env: dict | None = None, expect_rc: int | None = 0, cwd: Path = ROOT):
@@ -51,3 +49,104 @@ def launch(backend: str, nprocs: int, args: list[str], launcher: str | None = No
 
 def read_record(path: Path) -> dict:
     return json.loads(path.read_text())
+
+
+def run_py(args, tmp_path, timeout=120, expect_rc=None, **env):
+    cmd = [sys.executable, "run.py", *args]
+    return run_cmd(cmd, timeout=timeout, env=child_env(tmp_path, **env), expect_rc=expect_rc)
+
+
+def assert_one_line_error(proc, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in proc.stderr
+    for f in fragments:
+        assert f in lines[0], lines[0]
+
+
+def write_idx(path, array: np.ndarray, magic: int, gz: bool = False):
+    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
+    raw = header + array.astype(np.uint8).tobytes()
+    path.write_bytes(gzip.compress(raw) if gz else raw)
+
+
+def make_mnist_dir(root, n_train=40, n_test=12, gz=False, layout="flat"):
+    folder = {"flat": root, "torchvision": root / "MNIST" / "raw"}[layout]
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.RandomState(0)
+    suffix = ".gz" if gz else ""
+    arrays = {
+        "train_images": rng.randint(0, 256, (n_train, 28, 28)),
+        "train_labels": rng.randint(0, 10, n_train),
+        "test_images": rng.randint(0, 256, (n_test, 28, 28)),
+        "test_labels": rng.randint(0, 10, n_test),
+    }
+    for key, stem in mnist.FILES.items():
+        magic = mnist.IMAGE_MAGIC if key.endswith("images") else mnist.LABEL_MAGIC
+        write_idx(folder / (stem + suffix), arrays[key], magic, gz=gz)
+    return arrays
+
+
+# ---- the report on synthetic sweeps ----------------------------------------------------------------
+def synthetic_record(backend: str, world: int, threads: int, rnd: int, sps: float, status: str = "ok") -> dict:
+    rec = {
+        "task": "mnist",
+        "backend": backend,
+        "world_size": world,
+        "threads_per_process": threads,
+        "round": rnd,
+        "status": status,
+        "command": f"run {backend} x{world}",
+    }
+    if status != "ok":
+        return {**rec, "error": "boom\nerror: it broke"}
+    return {
+        **rec,
+        "samples_per_sec": sps,
+        "step_time_ms": {"p50": 10.0, "p90": 12.0},
+        "step_breakdown_ms": {"data_ms": 1.0, "forward_backward_ms": 7.0, "optimizer_ms": 2.0},
+        "startup_s": 3.0,
+        "launch_to_first_step_s": 5.0,
+        "peak_rss_mb": 900.0,
+        "final_loss": 0.1,
+        "eval_accuracy": 0.95,
+        "eval_count": 500,
+        "steps": 60,
+        "warmup_steps": 5,
+        "epochs": 1.0,
+        "loss_history": [1.0, 0.5, 0.1],
+        "environment": {"torch": "x"},
+    }
+
+
+def synthetic_sweep(noise: float, drift: list[float], horovod_ratio: float = 0.8, seed: int = 0) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    truth = (
+        ("single", 1, 1, 1000.0),
+        ("single", 1, 2, 1600.0),
+        ("ddp", 2, 1, 1600.0),
+        ("horovod", 2, 1, 1600.0 * horovod_ratio),
+    )
+    records = []
+    for rnd, d in enumerate(drift, 1):
+        for backend, world, threads, true in truth:
+            records.append(synthetic_record(backend, world, threads, rnd, true * d * (1 + rng.normal(0, noise))))
+    return records
+
+
+def cut_short(records: list[dict]) -> bytes:
+    """The records as results.jsonl lines, the last one cut short halfway, without its newline."""
+    lines = [json.dumps(r, sort_keys=True).encode() for r in records]
+    return b"".join(line + b"\n" for line in lines[:-1]) + lines[-1][: len(lines[-1]) // 2]
+
+
+def py(args: str, *more) -> list[str]:
+    """`python ARGS MORE...` with this interpreter: `py("run.py compare --nprocs 2 --out", out)`."""
+    return [sys.executable, *args.split(), *map(str, more)]
+
+
+def run_in(tmp_path: Path, cmd: list[str], timeout: float, expect_rc: int | None = 0):
+    """run_cmd with the test's own child environment (its data cache in tmp_path)."""
+    return run_cmd(cmd, timeout=timeout, env=child_env(tmp_path), expect_rc=expect_rc)

@@ -13,7 +13,7 @@ import os
 import random
 from pathlib import Path
 
-from data import mr
+from distbench.data import mr
 from distbench.errors import UserError
 
 ENV = "DISTBENCH_MR_DATA"
@@ -21,10 +21,12 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "rt-polarity"
 
 
 def how_to_provide(reason: str) -> str:
-    return (f"the MR polarity data that the tests using the `mr_dir` fixture need was not found ({reason}): set "
-            f"{ENV}=DIR (a folder with rt-polarity.pos and rt-polarity.neg), put the files in "
-            f"{mr.cache_dir() / 'rt-polarity'}, or let the tests download them (network, or "
-            "DISTBENCH_MR_URL)")  # fmt: skip
+    return (
+        f"the MR polarity data that the tests using the `mr_dir` fixture need was not found ({reason}): set "
+        f"{ENV}=DIR (a folder with rt-polarity.pos and rt-polarity.neg), put the files in "
+        f"{mr.cache_dir() / 'rt-polarity'}, or let the tests download them (network, or "
+        "DISTBENCH_MR_URL)"
+    )
 
 
 def locate() -> tuple[Path | None, str]:
@@ -58,8 +60,10 @@ def write_mini_corpus(folder: Path, per_class: int = 200, seed: int = 0) -> Path
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     for name, words in (("rt-polarity.pos", _POSITIVE), ("rt-polarity.neg", _NEGATIVE)):
-        lines = [f"the {rng.choice(_NOUNS)} is {rng.choice(words)} and the {rng.choice(_NOUNS)} {rng.choice(words)}"
-                 for _ in range(per_class)]  # fmt: skip
+        lines = [
+            f"the {rng.choice(_NOUNS)} is {rng.choice(words)} and the {rng.choice(_NOUNS)} {rng.choice(words)}"
+            for _ in range(per_class)
+        ]
         (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 

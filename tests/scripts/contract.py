@@ -17,10 +17,11 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from backends import get_spec
-from backends.base import Backend, ReduceOp
-from distbench import launch, rng
+from distbench.backends import get_spec
+from distbench.backends.base import Backend, ReduceOp
+from distbench.launching import launch
 from distbench.sharding import GlobalBatchSampler
+from distbench.training import rng
 
 N_SAMPLES, GLOBAL_BATCH, SEED, STEPS = 96, 8, 3, 4
 

@@ -1,9 +1,9 @@
-"""Unit tests of the fair-comparison sharding semantics, at several world sizes."""
+"""How samples split across ranks (distbench/sharding.py): global batches, evaluation shards, micro-batches."""
 
 import pytest
 import torch
 
-from distbench.sharding import EvalShardSampler, GlobalBatchSampler, epoch_permutation
+from distbench.sharding import EvalShardSampler, GlobalBatchSampler, epoch_permutation, micro_batches
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -57,3 +57,15 @@ def test_invalid_splits_are_refused():
         GlobalBatchSampler(100, 10, 0, 3)
     with pytest.raises(ValueError):
         GlobalBatchSampler(5, 10, 0, 1)
+
+
+def test_micro_batches_cut_every_part_of_a_batch():
+    x, y = torch.arange(8).reshape(8, 1), torch.arange(8)
+    parts = micro_batches((x, y), 4)
+    assert [p[1].tolist() for p in parts] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert all(isinstance(p, tuple) and p[0].shape == (2, 1) for p in parts)
+    d = micro_batches({"input_ids": x, "labels": y}, 2)
+    assert [p["labels"].tolist() for p in d] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert micro_batches((x, y), 1)[0] is not None and len(micro_batches((x, y), 1)) == 1
+    with pytest.raises(ValueError, match="does not split into 3 equal micro-batches"):
+        micro_batches(y, 3)

@@ -1,4 +1,4 @@
-"""Checkpoints at world size 1: a finished run re-run, a checkpoint past the last step, every generator."""
+"""Checkpoints through run.py: a finished run rerun, a checkpoint past the end, the first format."""
 
 import shutil
 import sys
@@ -6,18 +6,20 @@ import sys
 import pytest
 import torch
 
-from distbench import checkpoint, rng
-from distbench.errors import UserError
-from tests.helpers import child_env, read_record, run_cmd
-from tests.test_cli import assert_one_line_error
+from distbench.training import checkpoint
+from tests.helpers import assert_one_line_error, read_record, run_in
 
 COMMON = ["--no-progress", "--threads", "1"]
 
 
 def _run(tmp_path, name, *args, expect_rc=0, ckpt="ckpt"):
     out = tmp_path / f"{name}.json"
-    proc = run_cmd([sys.executable, "run.py", *COMMON, *args, "--checkpoint-dir", str(tmp_path / ckpt),
-                    "--output", str(out)], timeout=120, env=child_env(tmp_path), expect_rc=expect_rc)  # fmt: skip
+    proc = run_in(
+        tmp_path,
+        [sys.executable, "run.py", *COMMON, *args, "--checkpoint-dir", str(tmp_path / ckpt), "--output", str(out)],
+        timeout=120,
+        expect_rc=expect_rc,
+    )
     return proc, out
 
 
@@ -60,32 +62,6 @@ def test_a_checkpoint_past_the_last_step_is_one_line(tmp_path, finished):
     assert not out.exists()
 
 
-def _fake_cuda(monkeypatch):
-    """A CUDA generator that this CPU machine does not have: its state, and what was set."""
-    was_set = {}
-    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: torch.full((8,), 7, dtype=torch.uint8))
-    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: was_set.update(state=state, device=device))
-    return was_set
-
-
-def test_every_generator_is_captured_and_restored(monkeypatch):
-    was_set = _fake_cuda(monkeypatch)
-    cuda = torch.device("cuda", 0)
-    states = rng.capture(cuda)
-    assert set(states) == {"cpu", "cuda"} and states["cuda"].tolist() == [7] * 8
-    torch.manual_seed(1)
-    expected = torch.rand(3)
-    torch.manual_seed(1)
-    states = rng.capture(cuda)
-    torch.rand(50)
-    rng.restore(states, cuda)
-    assert torch.equal(torch.rand(3), expected)
-    assert was_set["state"].tolist() == [7] * 8 and was_set["device"] == cuda
-    assert set(rng.capture(torch.device("cpu"))) == {"cpu"}
-    with pytest.raises(UserError, match="no cuda generator state"):
-        rng.restore({"cpu": states["cpu"]}, cuda)
-
-
 def test_checkpoints_of_the_first_format_still_resume(tmp_path, finished):
     _copy_of(finished["mid-epoch"][0], tmp_path)
     path = checkpoint.path_in(tmp_path / "ckpt")
@@ -94,4 +70,4 @@ def test_checkpoints_of_the_first_format_still_resume(tmp_path, finished):
     state.update(format=1, rng=state["rng"]["cpu"])  # as distbench wrote them before device generators
     torch.save(state, path)
     loaded = checkpoint.load(path, state["config"], world_size=1)
-    assert torch.equal(loaded["rng"]["cpu"], state["rng"])
+    assert torch.equal(loaded.rng["cpu"], state["rng"])

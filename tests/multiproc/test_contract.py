@@ -2,13 +2,13 @@
 
 import pytest
 
-from backends import REGISTRY
-from distbench.launch import TORCHRUN, local_argv, resolve
-from tests.helpers import child_env, run_cmd
-
-pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(200)]
+from distbench.backends import REGISTRY
+from distbench.launching.launch import TORCHRUN, local_argv, resolve
+from tests.helpers import run_in
 
 
+@pytest.mark.multiproc
+@pytest.mark.timeout(200)
 @pytest.mark.parametrize(
     "backend,launcher",
     [("ddp", None), ("accelerate", None), ("accelerate", TORCHRUN), ("horovod", None)],
@@ -17,5 +17,5 @@ pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(200)]
 def test_contract_holds_on_every_rank(tmp_path, backend, launcher):
     launcher = launcher or REGISTRY[backend].launchers[0]
     cmd = resolve(local_argv(launcher, ["-m", "tests.scripts.contract", "--backend", backend], 2))
-    proc = run_cmd(cmd, timeout=150, env=child_env(tmp_path))
+    proc = run_in(tmp_path, cmd, timeout=150)
     assert f"contract ok: {backend} x2 under {launcher.name}" in proc.stdout

@@ -1,15 +1,13 @@
-"""Launchers and the launch environment: read once, from each launcher's own variables; one registry."""
+"""Launchers and the launch environment (distbench/launching/launch.py)."""
 
 import os
 import sys
 
 import pytest
 
-from backends import NAMES, REGISTRY, command, launch_help, typed_command
 from distbench import config
-from distbench.errors import UserError
-from distbench.launch import ACCELERATE, BY_HAND, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv, resolve
-from tests.helpers import child_env, read_record, run_cmd
+from distbench.backends import REGISTRY, launch_help, typed_command
+from distbench.launching.launch import ACCELERATE, BY_HAND, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv, resolve
 
 TORCH_VARS = dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="1")
 
@@ -18,32 +16,46 @@ TORCH_VARS = dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2"
     "env,expected",
     [
         ({}, LaunchEnv("python")),
-        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "TORCHELASTIC_RESTART_COUNT": "2", "GROUP_RANK": "1",
-          "GROUP_WORLD_SIZE": "2"},
-         LaunchEnv("torchrun", 1, 1, 4, 2, restart_count=2, node_rank=1, nodes=2)),
-        ({**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "ACCELERATE_MIXED_PRECISION": "no", "GROUP_RANK": "0",
-          "GROUP_WORLD_SIZE": "2"},
-         LaunchEnv("accelerate launch", 1, 1, 4, 2, node_rank=0, nodes=2)),
-        (dict(HOROVOD_RANK="3", HOROVOD_SIZE="4", HOROVOD_LOCAL_RANK="1", HOROVOD_LOCAL_SIZE="2",
-              HOROVOD_CROSS_RANK="1", HOROVOD_CROSS_SIZE="2"),
-         LaunchEnv("horovodrun", 3, 1, 4, 2, node_rank=1, nodes=2)),
+        (
+            {
+                **TORCH_VARS,
+                "TORCHELASTIC_RUN_ID": "x",
+                "TORCHELASTIC_RESTART_COUNT": "2",
+                "GROUP_RANK": "1",
+                "GROUP_WORLD_SIZE": "2",
+            },
+            LaunchEnv("torchrun", 1, 1, 4, 2, restart_count=2, node_rank=1, nodes=2),
+        ),
+        (
+            {
+                **TORCH_VARS,
+                "TORCHELASTIC_RUN_ID": "x",
+                "ACCELERATE_MIXED_PRECISION": "no",
+                "GROUP_RANK": "0",
+                "GROUP_WORLD_SIZE": "2",
+            },
+            LaunchEnv("accelerate launch", 1, 1, 4, 2, node_rank=0, nodes=2),
+        ),
+        (
+            dict(
+                HOROVOD_RANK="3",
+                HOROVOD_SIZE="4",
+                HOROVOD_LOCAL_RANK="1",
+                HOROVOD_LOCAL_SIZE="2",
+                HOROVOD_CROSS_RANK="1",
+                HOROVOD_CROSS_SIZE="2",
+            ),
+            LaunchEnv("horovodrun", 3, 1, 4, 2, node_rank=1, nodes=2),
+        ),
         # by hand: nodes of LOCAL_WORLD_SIZE processes filled in rank order
         (TORCH_VARS, LaunchEnv("env (RANK/WORLD_SIZE)", 1, 1, 4, 2, node_rank=0, nodes=2)),
         ({**TORCH_VARS, "RANK": "3"}, LaunchEnv("env (RANK/WORLD_SIZE)", 3, 1, 4, 2, node_rank=1, nodes=2)),
     ],
     ids=["python", "torchrun", "accelerate", "horovodrun", "by-hand", "by-hand-node-1"],
-)  # fmt: skip
+)
 def test_each_launcher_recognises_its_environment(env, expected):
     assert LaunchEnv.read(env) == expected
     assert LaunchEnv.read(env).is_main == (expected.rank == 0)
-
-
-def test_the_registry_is_the_one_list_of_backends():
-    assert NAMES == ("single", "ddp", "accelerate", "horovod")
-    assert [b.value for b in config.BackendName] == list(NAMES)
-    assert [REGISTRY[n].launchers[0] for n in NAMES] == [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN]
-    with pytest.raises(UserError, match="unknown backend 'mpi'"):
-        command("mpi", 2, [])
 
 
 def test_help_shows_the_commands_that_are_run():
@@ -83,16 +95,3 @@ def test_default_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 4, 5}, raising=False)
     assert config.default_threads(1) == 4 and config.default_threads(2) == 2 and config.default_threads(8) == 1
-
-
-def test_the_launch_environment_is_read_before_setup_and_cpus_from_the_affinity(tmp_path):
-    """For real: `python run.py --backend ddp` confined to one CPU. DDP's setup gives a plain python run a
-    world of one through RANK/WORLD_SIZE, yet the record names python, read before; and the run takes one
-    thread, whatever the machine has."""
-    one = str(min(os.sched_getaffinity(0)))
-    out = tmp_path / "r.json"
-    run_cmd(["taskset", "-c", one, sys.executable, "run.py", "--backend", "ddp", "--max-steps", "2", "--no-progress",
-             "--output", str(out)], timeout=120, env=child_env(tmp_path))  # fmt: skip
-    rec = read_record(out)
-    assert rec["launcher"] == "python"
-    assert rec["environment"]["threads_per_process"] == 1 and rec["environment"]["cpus_available"] == 1

@@ -1,7 +1,4 @@
-"""The per-round key namespace under torchrun (backends/torchelastic.py), in one process with threads.
-
-A restarted torchrun round shares its store with the failed round; the keys that round left must not
-reach the new one. The end-to-end check is tests/test_reliability.py's elastic restart."""
+"""The process group under torchrun's agent store (backends/torchelastic.py): a new key namespace each round."""
 
 import threading
 import time
@@ -11,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from backends.torchelastic import round_token, under_agent_store
+from distbench.backends.torchelastic import round_token, under_agent_store
 
 TIMEOUT = timedelta(seconds=20)
 

@@ -1,27 +1,29 @@
-"""Real multi-process runs of run.py on CPU/gloo, started by each backend's own launcher, each with a timeout.
-
-The per-rank contract of the backends (collectives, sharding, agreement, generators) is checked by
-tests/scripts/contract.py (tests/test_contract.py); these tests check whole runs."""
+"""Real multi-process runs of run.py on CPU/gloo, started by each backend's own launcher: the README's commands, exact
+evaluation, and every backend following the single process's optimisation path."""
 
 import os
 import sys
 
 import pytest
 
-from backends import REGISTRY
-from distbench.launch import BIN, TORCHRUN
-from distbench.reporter import read_records
+from distbench.backends import DISTRIBUTED, REGISTRY
+from distbench.launching.launch import BIN
+from distbench.training import fairness
+from distbench.training.reporter import read_records
 from tests.conftest import EQUIVALENCE_STEPS, MNIST_STEPS
 from tests.helpers import launch, read_record, run_cmd
 
-pytestmark = [pytest.mark.multiproc, pytest.mark.timeout(300)]
 COMMON = ["--no-progress", "--threads", "1"]
+
+# the evaluation loss after MNIST_STEPS, relative to single x1's: 0.3 % measured (the amplified rounding)
+EVAL_LOSS_TOLERANCE = 0.02
 
 
 def run_launch(tmp_path, backend, nprocs, args, launcher=None, timeout=240, name="r"):
     out = tmp_path / f"{name}.json"
-    run_cmd(launch(backend, nprocs, [*args, *COMMON, "--output", str(out)], launcher), timeout=timeout,
-            env=_env(tmp_path))  # fmt: skip
+    run_cmd(
+        launch(backend, nprocs, [*args, *COMMON, "--output", str(out)], launcher), timeout=timeout, env=_env(tmp_path)
+    )
     return read_record(out)
 
 
@@ -31,6 +33,8 @@ def _env(tmp_path):
     return child_env(tmp_path)
 
 
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
 # The three commands of the README, exactly as written (plus a short run and an output path).
 @pytest.mark.parametrize(
     "cmd,backend,world",
@@ -50,30 +54,19 @@ def test_documented_commands(tmp_path, cmd, backend, world):
     assert "samples/s" in proc.stdout
 
 
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
 def test_exact_evaluation_at_world_size_3(tmp_path):
     rec = run_launch(tmp_path, "ddp", 3, ["--max-steps", "2", "--batch-size", "48"])
     assert rec["world_size"] == 3 and rec["eval_count"] == 500  # 167 + 167 + 166, none padded
 
 
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
 def test_no_pin_cores_leaves_the_processes_unpinned(tmp_path):
     """Where pinning would apply (two processes, a core each), --no-pin-cores leaves it off."""
     rec = run_launch(tmp_path, "ddp", 2, ["--max-steps", "2", "--no-pin-cores"])
     assert rec["environment"]["pinned_cores"] is None and rec["config"]["pin_cores"] is False
-
-
-def test_batch_not_dividing_the_world_fails_cleanly(tmp_path):
-    proc = run_cmd(launch("ddp", 2, ["--batch-size", "63", *COMMON]), timeout=120, env=_env(tmp_path), expect_rc=None)
-    assert proc.returncode != 0
-    line = "error: --batch-size 63 is the global batch and must divide evenly across 2 processes"
-    assert line in proc.stderr.split("Traceback")[0]  # printed by rank 0, before torchrun's own report
-    # torchrun's failure summary names that line as the root cause (through the worker's error file)
-    summary = proc.stderr[proc.stderr.index("Root Cause") :]
-    assert f"traceback : {line}" in summary and "To enable traceback" not in summary
-
-
-def test_horovod_under_torchrun_is_refused(tmp_path):
-    proc = run_cmd(launch("horovod", 2, COMMON, TORCHRUN), timeout=120, env=_env(tmp_path), expect_rc=None)
-    assert proc.returncode != 0 and "--backend horovod was started by torchrun" in proc.stderr
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +74,9 @@ def reference(mnist_run):
     return mnist_run("single", 1)
 
 
-@pytest.mark.parametrize("backend", ["ddp", "accelerate", "horovod"])
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", DISTRIBUTED)
 def test_backends_follow_the_single_process_optimisation_path(mnist_run, reference, backend):
     rec = mnist_run(backend, 2)  # also the plain run of test_knobs.py
     ref_losses, losses = reference["loss_history"], rec["loss_history"]
@@ -90,11 +85,14 @@ def test_backends_follow_the_single_process_optimisation_path(mnist_run, referen
     late = max(abs(a - b) for a, b in zip(ref_losses, losses, strict=True))
     rel_checksum = abs(rec["param_checksum"] - reference["param_checksum"]) / abs(reference["param_checksum"])
     rel_eval = abs(rec["eval_loss"] - reference["eval_loss"]) / reference["eval_loss"]
-    print(f"{backend} x2 vs single x1: max per-step loss difference {early:.3e} over {EQUIVALENCE_STEPS} steps, "
-          f"{late:.3e} over {MNIST_STEPS}; checksum {rel_checksum:.3e}, eval loss {rel_eval:.3e}")  # fmt: skip
-    assert early < 1e-4  # float reordering only (conftest.EQUIVALENCE_STEPS)
+    print(
+        f"{backend} x2 vs single x1: max per-step loss difference {early:.3e} over {EQUIVALENCE_STEPS} steps, "
+        f"{late:.3e} over {MNIST_STEPS}; checksum {rel_checksum:.3e}, eval loss {rel_eval:.3e}"
+    )
+    assert early < fairness.LOSS_TOLERANCE  # float reordering only (conftest.EQUIVALENCE_STEPS)
     # after 50 steps the amplified rounding (7e-3 per step, 5e-3 checksum, 0.3 % eval loss measured) stays small
-    assert late < 0.05 and rel_checksum < 0.02 and rel_eval < 0.02
+    assert late < fairness.LATE_TOLERANCE and rel_checksum < fairness.CHECKSUM_TOLERANCE
+    assert rel_eval < EVAL_LOSS_TOLERANCE
     assert rec["eval_count"] == reference["eval_count"] == 500
     assert rec["world_size"] == 2 and rec["per_rank_batch_size"] == 32
     assert rec["launcher"] == REGISTRY[backend].launchers[0].name

@@ -1,10 +1,10 @@
-"""Core pinning: disjoint blocks of cores per local process, and nothing pinned where it cannot help."""
+"""Core pinning (distbench/launching/affinity.py): each local process on its own block of cores, threads included."""
 
 import os
 
 import pytest
 
-from distbench import affinity
+from distbench.launching import affinity
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_threads_started_before_and_after_pinning_share_the_cores():
 
     code = """
 import os, threading
-from distbench.affinity import pin_process
+from distbench.launching.affinity import pin_process
 ids, stop = [], threading.Event()
 def idle():
     ids.append(threading.get_native_id()); stop.wait()

@@ -14,7 +14,11 @@ from tests.helpers import ROOT
 # What `horovodrun --check-build` prints, in two writes with a pause between them, as a program that is still
 # writing when its reader has seen enough. Set TRAIL_S to keep writing the second part for that long.
 REPORT_HEAD = "Horovod v0.28.1:\n\nAvailable Frameworks:\n    [ ] TensorFlow\n    [X] PyTorch\n    [ ] MXNet\n"
+
+
 REPORT_TAIL = "\nAvailable Controllers:\n    [ ] MPI\n    [X] Gloo\n"
+
+
 STANDIN = f"""#!/usr/bin/env python3
 import os, sys, time
 sys.stdout.write({REPORT_HEAD!r}.replace("[X] PyTorch", os.environ.get("STANDIN_PYTORCH", "[X] PyTorch")))
@@ -38,22 +42,37 @@ def _standin_venv(root: Path) -> Path:
 
 
 def _check(venv: Path, **env) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "check_env.sh"), str(venv)], capture_output=True, text=True,
-                          env={"PATH": "/usr/bin:/bin", **env}, timeout=60)  # fmt: skip
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "check_env.sh"), str(venv)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", **env},
+        timeout=60,
+    )
 
 
 def test_the_check_passes_on_this_venv():
-    proc = subprocess.run(["bash", "scripts/check_env.sh", sys.prefix], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        ["bash", "scripts/check_env.sh", sys.prefix], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr
 
 
 def test_the_check_reads_the_report_whole_every_time(tmp_path):
     venv = _standin_venv(tmp_path / "venv")
     # the check as it was, against a report still being written when grep has seen "[X] PyTorch": the pipe breaks
-    old = subprocess.run(["bash", "-c", f"set -o pipefail; {venv}/bin/horovodrun --check-build | grep -q "
-                          r"'\[X\] PyTorch'"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin",
-                          "TRAIL_S": "5"}, timeout=60)  # fmt: skip
+    old = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"set -o pipefail; {venv}/bin/horovodrun --check-build | grep -q "
+            r"'\[X\] PyTorch'",
+        ],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "TRAIL_S": "5"},
+        timeout=60,
+    )
     assert old.returncode != 0 and "BrokenPipeError" in old.stderr
     for run in range(50):
         proc = _check(venv)
@@ -67,9 +86,12 @@ def test_no_pipeline_in_the_setup_ends_early():
     chance; none may stand in the set-up's scripts, the Makefile or CI's script."""
     early_reader = re.compile(r"\|\s*(grep\b[^|]*\s-(\w*[qm]\w*|-quiet|-max-count)\b|head\b)")
     files = [*sorted((ROOT / "scripts").glob("*.sh")), ROOT / "Makefile", ROOT / ".ci" / "run"]
-    offenders = [f"{f.relative_to(ROOT)}:{n}: {line.strip()}" for f in files
-                 for n, line in enumerate(f.read_text().splitlines(), 1)
-                 if not line.lstrip().startswith("#") and early_reader.search(line)]  # fmt: skip
+    offenders = [
+        f"{f.relative_to(ROOT)}:{n}: {line.strip()}"
+        for f in files
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if not line.lstrip().startswith("#") and early_reader.search(line)
+    ]
     assert offenders == []
 
 
@@ -83,8 +105,12 @@ def setup_clone(tmp_path):
         shutil.copy2(ROOT / "scripts" / name, clone / "scripts" / name)
     shutil.copy2(ROOT / "pyproject.toml", clone / "pyproject.toml")
     env = {"PATH": "/usr/bin:/bin", "DISTBENCH_CACHE": str(tmp_path / "cache"), "PYTHON": sys.executable}
-    run = lambda *args: subprocess.run(["bash", "scripts/setup_env.sh", *args], cwd=clone, capture_output=True,  # noqa: E731
-                                       text=True, env=env, timeout=120)  # fmt: skip
+
+    def run(*args):
+        return subprocess.run(
+            ["bash", "scripts/setup_env.sh", *args], cwd=clone, capture_output=True, text=True, env=env, timeout=120
+        )
+
     venv = Path(run("--print-venv").stdout.strip())
     assert venv.parent == tmp_path / "cache" / "venvs"
     return clone, venv, run

@@ -1,0 +1,78 @@
+"""BERT sentiment under every backend at world size 2, and its equivalence with the single process."""
+
+import pytest
+import torch
+
+from distbench.backends import DISTRIBUTED
+from distbench.training import fairness
+from tests.helpers import child_env, launch, read_record, run_cmd, run_in
+from tests.mr_data import MINI_TEST_COUNT
+
+COMMON = ["--task", "bert-sentiment", "--no-progress", "--threads", "1"]
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("backend", DISTRIBUTED)
+def test_bert_under_every_backend_at_world_size_2(tmp_path, mini_mr, backend):
+    """The bundled MiniLM under each backend on the mini corpus (the real data under accelerate x2: the BERT
+    overhead benchmark's test; its 1,066 test sentences: test_full_data_and_fixed_split)."""
+    out = tmp_path / "r.json"
+    cmd = launch(backend, 2, [*COMMON, "--data-dir", str(mini_mr), "--max-steps", "5", "--output", str(out)])
+    run_in(tmp_path, cmd, timeout=360)
+    rec = read_record(out)
+    assert (rec["world_size"], rec["steps"], rec["eval_count"]) == (2, 5, MINI_TEST_COUNT)
+    assert rec["dataset"]["n_test"] == MINI_TEST_COUNT and rec["per_rank_batch_size"] == 16
+    assert rec["dataset"]["model"].startswith("default") and rec["final_loss"] == rec["final_loss"]
+
+
+STEPS = 10
+
+
+TINY = [
+    *COMMON,
+    *"--model tiny-random --dropout 0 --max-steps".split(),
+    str(STEPS),
+    "--batch-size",
+    "16",
+    "--max-length",
+    "64",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_reference(tmp_path_factory, mini_mr):
+    tmp = tmp_path_factory.mktemp("tiny")
+    out = tmp / "r.json"
+    run_cmd(
+        launch("single", 1, [*TINY, "--data-dir", str(mini_mr), "--output", str(out)]), timeout=240, env=child_env(tmp)
+    )
+    return read_record(out)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("backend", DISTRIBUTED)
+def test_tiny_bert_losses_match_single_process(tmp_path, mini_mr, tiny_reference, backend):
+    out = tmp_path / "r.json"
+    run_in(tmp_path, launch(backend, 2, [*TINY, "--data-dir", str(mini_mr), "--output", str(out)]), timeout=300)
+    rec = read_record(out)
+    diffs = [abs(a - b) for a, b in zip(tiny_reference["loss_history"], rec["loss_history"], strict=True)]
+    print(f"tiny BERT {backend} x2 vs single: max per-step loss difference {max(diffs):.3e}")
+    assert len(diffs) == STEPS and max(diffs) < fairness.LOSS_TOLERANCE
+    assert rec["eval_count"] == tiny_reference["eval_count"] == MINI_TEST_COUNT
+
+
+def test_bf16_autocast_runs_on_cpu(tmp_path, mini_mr):
+    out = tmp_path / "r.json"
+    run_in(
+        tmp_path,
+        launch(
+            "single",
+            1,
+            [*TINY[:-2], "--max-length", "32", "--precision", "bf16", "--data-dir", str(mini_mr), "--output", str(out)],
+        ),
+        timeout=240,
+    )
+    rec = read_record(out)
+    assert rec["precision"] == "bf16" and all(torch.isfinite(torch.tensor(rec["loss_history"])))
