@@ -19,6 +19,7 @@ from distbench.launching.launch import (
     BY_HAND,
     HOROVODRUN,
     PYTHON,
+    SRUN,
     TORCHRUN,
     LaunchEnv,
     Launcher,
@@ -40,7 +41,9 @@ class BackendSpec:
 
     def check_launch(self, launch: LaunchEnv) -> None:
         """Refuse a launcher whose world this backend would not see correctly (before any setup)."""
-        if launch.launcher not in {launcher.name for launcher in self.launchers}:
+        if launch.launcher not in {launcher.name for launcher in self.launchers} or (
+            not self.distributed and launch.world_size > 1
+        ):
             (first,) = self.launchers[0].commands(self.program([]), 1 if self.launchers[0] is PYTHON else "N")
             raise UserError(
                 f"--backend {self.name} was started by {launch.launcher} with {launch.world_size} process(es), "
@@ -70,12 +73,15 @@ REGISTRY: dict[str, BackendSpec] = {
         BackendSpec(
             "single",
             "distbench.backends.single:SingleBackend",
-            (PYTHON,),
+            (PYTHON, SRUN),
             "one process, no process group",
             distributed=False,
         ),
         BackendSpec(
-            "ddp", "distbench.backends.ddp:DDPBackend", (TORCHRUN, BY_HAND, PYTHON), "PyTorch DistributedDataParallel"
+            "ddp",
+            "distbench.backends.ddp:DDPBackend",
+            (TORCHRUN, BY_HAND, SRUN, PYTHON),
+            "PyTorch DistributedDataParallel",
         ),
         BackendSpec(
             "accelerate",
@@ -120,17 +126,22 @@ def launch_help() -> str:
     4 processes; each block marked \\b so that click keeps it as it is."""
     lines = ["Launch commands (N processes on one machine; several machines):", ""]
     for spec in REGISTRY.values():
-        usual, *others = [launcher for launcher in spec.launchers if launcher not in (BY_HAND, PYTHON)] or [PYTHON]
-        block = [" ".join(usual.commands(spec.program([]), 1 if usual is PYTHON else "N")[0])]
-        if usual is not PYTHON:
+        usual = spec.launchers[0]
+        n = 1 if usual is PYTHON else "N"  # a launcher's own form where it starts one process per program
+        block = [" ".join(usual.commands(spec.program([]), n)[0])]
+        if spec.distributed:
             several = usual.commands(spec.program([]), 4, hosts=["host1", "host2"], port=29500)[0]
             block.append(f"{' '.join(several)}   {usual.several_nodes_note}")
-        block += [f"(also: {' '.join(other.commands(spec.program([]), 'N')[0])})" for other in others]
+            block += [
+                f"(also: {' '.join(other.commands(spec.program([]), 'N')[0])})"
+                for other in spec.launchers[1:]
+                if other not in (BY_HAND, PYTHON)
+            ]
         lines += ["\b", f"{spec.name:<11} {block[0]}", *(f"{'':<11} {more}" for more in block[1:]), ""]
     lines += [
         "\b",
         f"{'':<11} ddp and accelerate also join a world whose RANK, WORLD_SIZE, MASTER_ADDR and "
-        "MASTER_PORT are set for each process (srun, mpirun).",
+        "MASTER_PORT are set for each process (mpirun, a script of your own); under Slurm: `run.py slurm-script`.",
         "",
     ]
     return "\n".join(lines)

@@ -13,7 +13,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from distbench.backends.base import Backend, ReduceOp
 from distbench.backends.torchelastic import init_process_group
-from distbench.launching.launch import LOOPBACK, PYTHON, free_port
+from distbench.errors import UserError
+from distbench.launching.launch import LOOPBACK, PYTHON, SRUN, free_port
 
 # DDP: gloo has no AVG; it is a SUM divided by the world size (the same result as NCCL's AVG).
 _OPS = {
@@ -63,6 +64,17 @@ class DDPBackend(Backend):
             # on loopback so that nothing listens on other interfaces.
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR=LOOPBACK)
             os.environ.setdefault("MASTER_PORT", str(free_port()))
+        elif self.launch.launcher == SRUN.name:
+            # DDP: srun's tasks are the processes; torch's env:// rendezvous reads its own variables from Slurm's
+            if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+                raise UserError(
+                    "--backend ddp under srun needs MASTER_ADDR and MASTER_PORT (the first node's address "
+                    "and a free port there)"
+                )
+            launch = self.launch
+            os.environ.update(
+                RANK=str(launch.rank), WORLD_SIZE=str(launch.world_size), LOCAL_RANK=str(launch.local_rank)
+            )
         self.local_rank = self.launch.local_rank
         if torch.cuda.is_available():
             self.device = torch.device("cuda", self.local_rank)

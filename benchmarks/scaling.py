@@ -42,6 +42,7 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, child_env, last_json
+from distbench import leave
 
 # (label, processes, mode, global batch, per-process baseline batch, pin each process to its own core)
 CONFIGS = [
@@ -143,16 +144,7 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
         hvd.shutdown()
     else:
         dist.destroy_process_group()
-    # torch 2.14 + gloo: once torch._dynamo is imported (the first optimizer does it), destroy_process_group
-    # no longer joins gloo's worker threads. A worker that is still releasing the last barrier's work then
-    # drops the last C++ reference to a Python tensor (`flat`) while the interpreter finalizes: taking the
-    # GIL ends the thread inside a noexcept destructor, std::terminate, SIGABRT ("terminate called without
-    # an active exception"; core dump: ProcessGroupGloo::runLoop -> ~AsyncBarrierWork -> ~AsyncAllreduceWork
-    # -> TensorImpl::decref_pyobject -> take_gil -> pthread_exit). Upstream: pytorch/pytorch#179291 (the
-    # same mechanism, abandoned). This worker's work is done and reported: leave without finalizing.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave()  # the work is done and reported (distbench.leave: pytorch/pytorch#179291)
 
 
 def run_config(nprocs: int, mode: str, batch: int, steps: int, warmup: int, pin: bool, **extra_env: str) -> dict:

@@ -6,6 +6,7 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 from benchmarks.handwritten.common import Window, args, param_sample, pin, rank_spread, run_steps, train_step, workload
+from distbench import leave
 
 
 def main():
@@ -27,3 +28,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    leave()  # gloo and torch._dynamo can abort a finishing process (distbench.leave)

@@ -7,6 +7,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from benchmarks.handwritten.common import Window, args, param_sample, pin, rank_spread, run_steps, train_step, workload
+from distbench import leave
 
 
 def main():
@@ -31,3 +32,4 @@ def main():
 
 if __name__ == "__main__":
     main()
+    leave()  # gloo and torch._dynamo can abort a finishing process (distbench.leave)

@@ -1,5 +1,5 @@
 """Command line: `run.py [train options]`, `run.py compare ...`, `run.py simulate ...`, `run.py report DIR`,
-`run.py check-task TASK`.
+`run.py check-task TASK`, `run.py slurm-script ...`.
 
 The options of a run are RunConfig's fields (distbench/config.py) and those of a sweep's axes SweepConfig's
 (distbench/sweep/configuration.py): the commands are built from those declarations (declared.py). Bad input is one
@@ -18,7 +18,7 @@ import typer
 
 from distbench.errors import UserError
 
-SWEEP_COMMANDS = ("compare", "report", "simulate")
+SWEEP_COMMANDS = ("compare", "report", "simulate", "slurm-script")
 
 
 def invoke(app: typer.Typer, args: list[str], prog: str) -> int:

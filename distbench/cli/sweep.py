@@ -41,7 +41,21 @@ def compare_params() -> list:
         for name in SWEPT
     ]
     sweep = [
-        param("threads", int | None, None, help="Threads per process (default: usable CPUs / processes of that run)."),
+        param(
+            "scheduler",
+            str,
+            "local",
+            help="Where the runs go: local (this machine; simulated nodes with --nodes) or "
+            "slurm (job steps over the allocation this command runs in: real nodes; docs/slurm.md).",
+        ),
+        param(
+            "slurm_launch",
+            str,
+            "usual",
+            help="With --scheduler slurm: usual (each backend's usual launcher in its "
+            "Slurm form) or srun (one srun task per process, for the backends srun starts: ddp).",
+        ),
+        param("threads", int | None, None, help="Threads per process (default: a node's CPUs / its processes)."),
         param(
             "repeats",
             int,
@@ -57,7 +71,6 @@ def compare_params() -> list:
 
 
 def compare(values: dict) -> None:
-    from distbench.sweep.executor import LocalExecutor
     from distbench.sweep.plan import axis_values, plan_runs, round_orders
     from distbench.sweep.runner import RESULTS, Sweep, run_sweep
 
@@ -66,9 +79,9 @@ def compare(values: dict) -> None:
     axes = axis_values({name: values.pop(_axis_param(name)) for name in SWEPT})
     run_values = {name: values[name] for name in FORWARDED}
     _check(out / RESULTS, threads, repeats, run_values)
+    executor = _executor(values.pop("scheduler"), values.pop("slurm_launch"))
     task = run_values["task"] or DEFAULTS["task"]
-    planned = plan_runs(_task_name(task), axes, threads)
-    executor = LocalExecutor()
+    planned = plan_runs(_task_name(task), axes, threads, executor.cpus_per_node)
     executor.check([p.config for p in planned])  # last: a shaped link re-runs this command in a private namespace
     base_args = ["--task", task, *to_args({**run_values, "task": None}), "--no-progress", *shlex.split(extra)]
     sweep = Sweep(out, _task_name(task), base_args, planned, round_orders(len(planned), repeats, order_seed), timeout_s)
@@ -86,6 +99,22 @@ def compare(values: dict) -> None:
     report_md = _write_report(out)
     print(report_md.split("## Environment")[0].rstrip())
     print(f"\nreport: {out / 'report.md'} (plots, summary.csv and {RESULTS} beside it)")
+
+
+SCHEDULERS = ("local", "slurm")
+
+
+def _executor(scheduler: str, slurm_launch: str):
+    """The executor of `--scheduler`: one line for an unknown one, or for Slurm outside an allocation."""
+    if scheduler not in SCHEDULERS:
+        raise UserError(f"--scheduler {scheduler!r}: one of {', '.join(SCHEDULERS)}")
+    if scheduler == "slurm":
+        from distbench.sweep.slurm import SlurmExecutor
+
+        return SlurmExecutor(slurm_launch)
+    from distbench.sweep.executor import LocalExecutor
+
+    return LocalExecutor()
 
 
 def _check(results: Path, threads: int | None, repeats: int, run_values: dict) -> None:
@@ -169,6 +198,40 @@ def report(
     print(write_report(dirs, out or dirs[0], built_by, baseline))
 
 
+def slurm_script(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option(help="The sweep's output folder, on a filesystem every node sees.")],
+    nodes: Annotated[int, typer.Option(help="Nodes of the allocation; the sweep runs on all of them.")] = 2,
+    nprocs: Annotated[int, typer.Option(help="Processes per node (with --gpus-per-node: one per GPU).")] = 1,
+    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node: one process each, NCCL.")] = None,
+    cpus_per_task: Annotated[int | None, typer.Option(help="CPUs per process.")] = None,
+    partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
+    time: Annotated[str | None, typer.Option("--time", help="Time limit (MINUTES, HH:MM:SS, DAYS-HH:MM:SS).")] = None,
+    job_name: Annotated[str, typer.Option(help="The job's name.")] = "distbench",
+    script: Annotated[Path | None, typer.Option(help="Write the script here (default: print it).")] = None,
+    submit: Annotated[bool, typer.Option(help="Submit it with sbatch (needs --script).")] = False,
+) -> None:
+    from distbench.sweep.sbatch import Request
+    from distbench.sweep.sbatch import script as write
+    from distbench.sweep.sbatch import submit as sbatch
+
+    compare_args = [a for a in ctx.args if a != "--"]
+    for own in ("--nodes", "--nprocs", "--out", "--scheduler"):
+        if own in compare_args:
+            raise UserError(f"give {own} as slurm-script's own option, before --")
+    request = Request(nodes, nprocs, gpus_per_node, cpus_per_task, partition, time, job_name)
+    text = write(request, out, compare_args)
+    if submit and script is None:
+        raise UserError("--submit needs --script FILE (the script sbatch runs)")
+    if script is None:
+        print(text, end="")
+        return
+    script.write_text(text)
+    script.chmod(0o755)
+    if submit:
+        print(f"submitted job {sbatch(script)}: {script}")
+
+
 def sweep_app() -> typer.Typer:
     app = new_app()
     command(
@@ -184,4 +247,10 @@ def sweep_app() -> typer.Typer:
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     )(simulate)
     app.command(help="Rebuild the report (summary.csv, report.md, plots) from compare folders.")(report)
+    app.command(
+        name="slurm-script",
+        help="Write an sbatch script that runs a compare sweep on a Slurm cluster (the "
+        "options after -- are compare's); docs/slurm.md.",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(slurm_script)
     return app

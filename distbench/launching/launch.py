@@ -18,7 +18,7 @@ import os
 import socket
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
@@ -253,10 +253,40 @@ class ByHand(Launcher):
         ]
 
 
-PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND = Python(), Torchrun(), AccelerateLaunch(), Horovodrun(), ByHand()
+class Srun(Launcher):
+    """srun's own tasks, one per process: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS (the run needs MASTER_ADDR and
+    MASTER_PORT besides)."""
+
+    name = "srun"
+    several_nodes_note = "(in an allocation; MASTER_ADDR/MASTER_PORT: the first node's)"
+    variables = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "", "", "SLURM_NODEID", "SLURM_STEP_NUM_NODES")
+
+    def detects(self, env):
+        return "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_NTASKS" in env
+
+    def read(self, env):
+        launch = super().read(env)
+        # srun gives no local world size: the step's tasks spread evenly over its nodes
+        local = int(env["SLURM_NTASKS"]) // max(1, int(env.get("SLURM_STEP_NUM_NODES") or 1))
+        return replace(launch, local_world_size=max(1, local))
+
+    def commands(self, program, nprocs, hosts=None, port=None):
+        nodes = len(hosts or [None])
+        return [["srun", "--nodes", str(nodes), "--ntasks-per-node", str(nprocs), "python", *program]]
+
+
+PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN = (
+    Python(),
+    Torchrun(),
+    AccelerateLaunch(),
+    Horovodrun(),
+    ByHand(),
+    Srun(),
+)
 # The order matters: accelerate launch runs torchrun's agent (so it sets torchrun's variables too), and both
-# set RANK/WORLD_SIZE.
-DETECTION_ORDER = (HOROVODRUN, ACCELERATE, TORCHRUN, BY_HAND, PYTHON)
+# set RANK/WORLD_SIZE; a launcher started inside a Slurm step sees the step's SLURM_* variables too, so srun's own
+# tasks come after every launcher (and after variables set by hand).
+DETECTION_ORDER = (HOROVODRUN, ACCELERATE, TORCHRUN, BY_HAND, SRUN, PYTHON)
 
 
 def resolve(argv: list[str]) -> list[str]:

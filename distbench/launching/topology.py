@@ -130,7 +130,7 @@ def describe(launch: LaunchEnv, gathered: list[tuple[int, list[int]]], env: Mapp
         "nodes": launch.nodes,
         "node_rank": launch.node_rank,
         "local_world_size": launch.local_world_size,
-        "simulated": bool(value),
+        "simulated": bool(value) and not env.get("SLURM_JOB_ID"),  # under Slurm the nodes are real
         "node_cores": [list(c) for c in SimulatedNodes.parse(value).node_cores] if value else None,
         "rank_nodes": [node for node, _ in gathered],
         "rank_cores": [cores for _, cores in gathered],

@@ -4,6 +4,7 @@ The plan (distbench/sweep/plan.py) and the rounds (distbench/sweep/runner.py) kn
 start; an executor knows nothing of rounds or statistics. `Executor` is the seam:
 
 - `check(configs)`: refuse, in one line and before any run, what cannot run where this executor runs them;
+- `cpus_per_node(nodes)`: the CPUs each of `nodes` nodes has for a run (threads default to them / processes);
 - `run(config, args, out_json, log, timeout_s)`: start `run.py ARGS` as that configuration, wait for it within the
   timeout, and return its record (or a failure record with the cause), with the command that started it.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from distbench.backends import DISTRIBUTED, get_spec, typed_command
+from distbench.config import available_cpus
 from distbench.launching import link, topology
 from distbench.launching.launch import resolve
 from distbench.sweep.configuration import SweepConfig
@@ -32,6 +34,7 @@ from distbench.sweep.configuration import SweepConfig
 
 class Executor(Protocol):
     def check(self, configs: list[SweepConfig]) -> None: ...
+    def cpus_per_node(self, nodes: int) -> int: ...
     def run(self, config: SweepConfig, args: list[str], out_json: Path, log: Path, timeout_s: float) -> dict: ...
 
 
@@ -57,6 +60,10 @@ class LocalExecutor:
                     topology.hosts(get_spec(c.backend).launchers[0], c.nodes)
         if any(link.parse_rate(c.link_rate) is not None for c in configs):
             link.enter_private_namespace()  # returns once inside
+
+    def cpus_per_node(self, nodes: int) -> int:
+        """Simulated nodes share this machine's usable CPUs."""
+        return available_cpus() // nodes
 
     def run(self, config: SweepConfig, args: list[str], out_json: Path, log: Path, timeout_s: float) -> dict:
         started = launch_config(config.backend, config.world_size, config.nodes, args)
@@ -130,11 +137,24 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> int:
         time.sleep(0.05)
 
 
+def _stop(procs: list[subprocess.Popen], stop) -> None:
+    if stop is not None:
+        stop()
+    for p in procs:
+        kill_group(p)
+
+
 def run_one(
-    cmds: list[list[str]], out_json: Path, timeout_s: float, log_path: Path, env: dict[str, str] | None = None
+    cmds: list[list[str]],
+    out_json: Path,
+    timeout_s: float,
+    log_path: Path,
+    env: dict[str, str] | None = None,
+    stop=None,
 ) -> dict:
     """Run one configuration's launcher commands (several: one agent per simulated node) together, with `env`
-    added; returns the results record plus `status` and timings, or a failure record."""
+    added; returns the results record plus `status` and timings, or a failure record. `stop`: what else ends the
+    run's processes on a timeout or Ctrl-C, beyond their process groups here (a scheduler's step)."""
     started = time.time()
     with open(log_path, "w", encoding="utf-8") as log:
         procs = [
@@ -151,12 +171,10 @@ def run_one(
         try:
             rc = wait_all(procs, timeout_s)
         except subprocess.TimeoutExpired:
-            for p in procs:
-                kill_group(p)
+            _stop(procs, stop)
             return {"status": "failed", "error": f"timed out after {timeout_s:.0f} s\n" + tail(log_path.read_text())}
         except KeyboardInterrupt:
-            for p in procs:
-                kill_group(p)
+            _stop(procs, stop)
             raise
     elapsed = time.time() - started
     if rc != 0 or not out_json.exists():

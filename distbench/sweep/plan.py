@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from distbench.config import available_cpus
@@ -22,17 +23,22 @@ def axis_values(options: dict[str, str]) -> dict[str, list]:
     return {name: AXES[name].metadata["parse"](options[name], AXES[name].metadata["option"]) for name in SWEPT}
 
 
-def plan_runs(task: str, values: dict[str, list], threads: int | None) -> list[Planned]:
+def plan_runs(
+    task: str, values: dict[str, list], threads: int | None, cpus_per_node: Callable[[int], int] | None = None
+) -> list[Planned]:
     """Every combination of the axes' values (an axis not given: its default alone), in the axes' declared order;
     a combination the reference backend
     cannot run (a second process, node, link or compression for `single`) is left out. A reference run is added for
-    every (threads, accumulation) used that the sweep does not run itself. Threads default to each node's share of
-    the usable CPUs divided among its processes."""
+    every (threads, accumulation) used that the sweep does not run itself. Threads default to a node's CPUs
+    (`cpus_per_node(nodes)`, the executor's: by default this machine's usable CPUs shared among the nodes) divided
+    among its processes."""
+    cpus_per_node = cpus_per_node or (lambda nodes: available_cpus() // nodes)
     runs = []
     for combo in itertools.product(*(values.get(name, [AXES[name].default]) for name in SWEPT)):
         axes = dict(zip(SWEPT, combo, strict=True))
         axes["world_size"] *= axes["nodes"]  # --nprocs is per node
-        config = SweepConfig(task=task, threads=threads or max(1, available_cpus() // axes["world_size"]), **axes)
+        per_node = axes["world_size"] // axes["nodes"]
+        config = SweepConfig(task=task, threads=threads or max(1, cpus_per_node(axes["nodes"]) // per_node), **axes)
         if config.runs_here():
             runs.append(Planned(config))
     have = {p.config for p in runs}

@@ -403,8 +403,8 @@ def markdown(
         "(efficiency = speed-up / world size). A verdict calls a difference real only when its interval excludes 1. "
         "samples/s: steady-state global samples per second. Start-up: from the launcher's start to the first "
         "training step. Peak RSS: the largest process. Labels: `backend xWORLD`, then `tTHREADS`, `accK` "
-        "(micro-batches per step), the gradient compression, `K nodes` (simulated nodes, each on its own cores) and "
-        "`@RATE` (the shaped link, `unshaped` without one) where they vary.",
+        "(micro-batches per step), the gradient compression, `K nodes` (simulated nodes, each on its own cores, or "
+        "a scheduler's) and `@RATE` (the shaped link, `unshaped` without one) where they vary.",
         "",
     ]
     if skipped:
@@ -445,7 +445,12 @@ def _environment_lines(records: list[dict]) -> list[str]:
             "bucket for all traffic; distbench/launching/link.py)"
         )
     nodes = sorted({r.get("nodes", 1) for r in records})
-    if nodes != [1]:
+    jobs = sorted({r["scheduler"]["job_id"] for r in records if (r.get("scheduler") or {}).get("name") == "slurm"})
+    if jobs:
+        lines.append(
+            f"- nodes: {', '.join(map(str, nodes))}, Slurm's (job steps of job {', '.join(jobs)}; docs/slurm.md)"
+        )
+    elif nodes != [1]:
         lines.append(
             f"- simulated nodes: {', '.join(map(str, nodes))} (each on its own share of the cores; "
             "distbench/launching/topology.py)"

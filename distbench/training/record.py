@@ -77,6 +77,21 @@ def written_per_step(backend: Backend, timer: StepTimer) -> float | None:
     return None if mean != mean else mean  # NaN: some rank could not count
 
 
+def scheduler_facts(env=os.environ) -> dict | None:
+    """Under Slurm, what it told this (the main) process: its job and step, its node, the CPUs and GPUs it gave the
+    node; None elsewhere."""
+    if not env.get("SLURM_JOB_ID"):
+        return None
+    names = {
+        "job_id": "SLURM_JOB_ID",
+        "step_id": "SLURM_STEP_ID",
+        "node": "SLURMD_NODENAME",
+        "cpus_on_node": "SLURM_CPUS_ON_NODE",
+        "gpus_on_node": "SLURM_GPUS_ON_NODE",
+    }
+    return {"name": "slurm", **{key: env.get(var) for key, var in names.items()}}
+
+
 def placement(backend: Backend) -> list[tuple[int, list[int]]]:
     """Every rank's node and the cores it may run on now, in rank order (a collective)."""
     n = os.cpu_count() or 1
@@ -134,6 +149,7 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "accuracy_meaningful": getattr(trainer.task, "accuracy_meaningful", True),  # False: synthetic data
         "environment": environment(backend, cfg.threads, facts.cores),
         "topology": topology.describe(backend.launch, placement(backend)),
+        "scheduler": scheduler_facts(),  # Slurm's job, step and node of the main process (None: no scheduler)
         "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (launching/link.py); None: unshaped
         "launcher": backend.launch.launcher,
         # torchrun: how often this machine's agent had restarted the worker group when this run began

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from distbench import leave
 from distbench.backends import get_spec
 from distbench.backends.base import Backend, ReduceOp
 from distbench.launching import launch
@@ -159,3 +160,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    leave()  # gloo and torch._dynamo can abort a finishing process (distbench.leave)

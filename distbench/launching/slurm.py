@@ -1,0 +1,199 @@
+"""Slurm: the allocation a command runs in, and each library started across its nodes the way its users start it.
+
+Inside an allocation (`salloc -N 2 ...`, or an sbatch script), every run of a sweep is a job step over the
+allocation's first K nodes:
+
+- torchrun on every node, meeting at a c10d rendezvous on the first node:
+  `srun --nodes K --ntasks-per-node 1 torchrun --nnodes K --nproc_per_node P --rdzv-backend c10d
+  --rdzv-endpoint HEAD:PORT run.py ...`;
+- DDP started by srun itself, one task per process (RANK, LOCAL_RANK and WORLD_SIZE from SLURM_PROCID,
+  SLURM_LOCALID and SLURM_NTASKS; MASTER_ADDR and MASTER_PORT given): `srun --nodes K --ntasks-per-node P python
+  run.py ...`, the form many clusters use;
+- `accelerate launch` on every node, each with its own machine rank, which the node's shell fills in
+  (`--machine_rank $SLURM_NODEID`, escaped so that it is not expanded where the step is written);
+- horovodrun once, on the first node, with `-H` built from the allocation's nodes: on a real cluster it starts the
+  other nodes' processes over ssh, as Horovod documents, so ssh between the nodes must work.
+
+HEAD is the first node's address as Slurm knows it (`scontrol show node`: NodeAddr), which is how a job finds its
+peers on any cluster. Nothing here runs a step: it reads the allocation and writes commands.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from distbench.errors import UserError
+from distbench.launching.launch import ACCELERATE, HOROVODRUN, LOOPBACK, PYTHON, SRUN, TORCHRUN, Launcher
+
+SRUN_KILL = ["--kill-on-bad-exit=1"]  # a task that fails ends its step: the other nodes do not wait on it
+
+
+def _run(args: list[str]) -> str:
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError as e:
+        raise UserError(f"--scheduler slurm needs Slurm's {args[0]}, which is not installed here") from e
+    if proc.returncode != 0:
+        raise UserError(f"{' '.join(args)} failed: {' '.join(proc.stderr.split())}")
+    return proc.stdout
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The Slurm allocation this process runs in: its job, its nodes (in Slurm's order) and their addresses."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+    addrs: tuple[str, ...]
+
+    @classmethod
+    def current(cls, env: Mapping[str, str] = os.environ) -> Allocation:
+        job_id = env.get("SLURM_JOB_ID")
+        if not job_id:
+            raise UserError(
+                "--scheduler slurm runs inside a Slurm allocation (salloc -N 2 ..., or an sbatch script: "
+                "`run.py slurm-script` writes one); SLURM_JOB_ID is not set here"
+            )
+        nodes = tuple(_run(["scontrol", "show", "hostnames", env["SLURM_JOB_NODELIST"]]).split())
+        return cls(job_id, nodes, tuple(node_addr(n) for n in nodes))
+
+    def check(self, nodes: int) -> None:
+        if nodes > len(self.nodes):
+            raise UserError(
+                f"--nodes {nodes}: the allocation (job {self.job_id}) has {len(self.nodes)} node(s): "
+                f"{', '.join(self.nodes)}"
+            )
+
+    def horovod_hosts(self, nodes: int) -> list[str]:
+        """horovodrun's -H names of the first `nodes` nodes: their addresses; where several nodes share one address
+        of this machine (a test cluster of one host), the distinct names horovodrun runs locally without ssh."""
+        addrs = list(self.addrs[:nodes])
+        if len(set(addrs)) < len(addrs):
+            if set(addrs) != {LOOPBACK}:
+                raise UserError(
+                    f"nodes {', '.join(self.nodes[:nodes])} share the address {addrs[0]}: horovodrun "
+                    "needs one host per node"
+                )
+            from distbench.launching.topology import hosts
+
+            return hosts(HOROVODRUN, nodes)
+        return addrs
+
+
+def node_addr(node: str) -> str:
+    """The address Slurm gives a node (NodeAddr), which its peers reach it at."""
+    for word in _run(["scontrol", "show", "node", node]).split():
+        if word.startswith("NodeAddr="):
+            return word.removeprefix("NodeAddr=")
+    raise UserError(f"scontrol show node {node} gives no NodeAddr")
+
+
+def step(nodes: int, tasks_per_node: int, name: str, extra: list[str] = ()) -> list[str]:
+    """An srun that starts a job step of `tasks_per_node` tasks on each of the allocation's first `nodes` nodes."""
+    return [
+        "srun",
+        "--nodes",
+        str(nodes),
+        "--ntasks",
+        str(nodes * tasks_per_node),
+        "--ntasks-per-node",
+        str(tasks_per_node),
+        f"--job-name={name}",
+        *SRUN_KILL,
+        *extra,
+    ]
+
+
+def torchrun_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str) -> list[str]:
+    return [
+        *step(nodes, 1, name),
+        "torchrun",
+        "--nnodes",
+        str(nodes),
+        "--nproc_per_node",
+        str(nprocs),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"{alloc.addrs[0]}:{port}",
+        *program,
+    ]
+
+
+def srun_step(program: list[str], nodes: int, nprocs: int, name: str) -> list[str]:
+    """One task per process: the program reads its rank from Slurm (launch.SRUN)."""
+    return [*step(nodes, nprocs, name), "python", *program]
+
+
+def accelerate_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str) -> list[str]:
+    # Accelerate: each node's machine rank is its own SLURM_NODEID, expanded by the node's shell, not here
+    launch = [
+        "accelerate",
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        str(nodes * nprocs),
+        "--num_machines",
+        str(nodes),
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_ip",
+        alloc.addrs[0],
+        "--main_process_port",
+        str(port),
+    ]
+    line = " ".join(map(shlex.quote, launch)) + ' --machine_rank "$SLURM_NODEID" ' + " ".join(map(shlex.quote, program))
+    return [*step(nodes, 1, name), "bash", "-c", "exec " + line]
+
+
+def horovod_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, name: str) -> list[str]:
+    # Horovod: one horovodrun on the first node; it starts every node's processes (over ssh on a real cluster)
+    slots = ",".join(f"{host}:{nprocs}" for host in alloc.horovod_hosts(nodes))
+    return [
+        *step(1, 1, name, ["--nodelist", alloc.nodes[0]]),
+        "horovodrun",
+        "-np",
+        str(nodes * nprocs),
+        "-H",
+        slots,
+        "python",
+        *program,
+    ]
+
+
+def launch_step(
+    launcher: Launcher, alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str
+) -> list[str]:
+    """The job step that starts `program` with `launcher` on the allocation's first `nodes` nodes."""
+    if launcher is TORCHRUN:
+        return torchrun_step(alloc, program, nodes, nprocs, port, name)
+    if launcher is ACCELERATE:
+        return accelerate_step(alloc, program, nodes, nprocs, port, name)
+    if launcher is HOROVODRUN:
+        return horovod_step(alloc, program, nodes, nprocs, name)
+    if launcher in (SRUN, PYTHON):  # one process: a step of one task on the first node
+        return srun_step(program, nodes, nprocs, name)
+    raise UserError(f"{launcher.name} has no Slurm form here")
+
+
+def steps_named(job_id: str, name: str) -> list[str]:
+    """The ids (JOB.STEP) of the job's running steps called `name`."""
+    out = subprocess.run(
+        ["squeue", "--steps", "--noheader", "--format", "%i %j", "--jobs", job_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split()[1:] == [name]]
+
+
+def cancel(job_id: str, name: str) -> None:
+    """End every step of the job called `name`, with every process it started on every node."""
+    for step_id in steps_named(job_id, name):
+        subprocess.run(["scancel", step_id], capture_output=True, timeout=60)

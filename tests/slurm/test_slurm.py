@@ -1,0 +1,192 @@
+"""`compare --scheduler slurm` on the test cluster of two nodes (n1 on one core, n2 on the other): each library
+started its Slurm way reproduces the single process, a killed task ends its step, the sbatch script runs its sweep,
+and bad input is one line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from distbench.training import fairness
+from tests.conftest import EQUIVALENCE_STEPS, MNIST_STEPS
+from tests.helpers import ROOT, assert_one_line_error, child_env, py, run_cmd
+
+SWEEP = f"--task mnist --dropout 0 --batch-size 64 --max-steps {MNIST_STEPS} --nodes 2 --nprocs 1"
+
+
+def _salloc(*cmd) -> list[str]:
+    return ["salloc", "--nodes", "2", "--quiet", *cmd]
+
+
+def _records(out) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def _follows(rec: dict, reference: dict) -> None:
+    """The run reproduces single x1's loss history (conftest.EQUIVALENCE_STEPS) and evaluates every sample once."""
+    losses, ref = rec["loss_history"], reference["loss_history"]
+    assert len(losses) == len(ref) == MNIST_STEPS
+    early = max(abs(a - b) for a, b in zip(losses[:EQUIVALENCE_STEPS], ref, strict=False))
+    assert early < fairness.LOSS_TOLERANCE, (rec["backend"], rec["launcher"], early)
+    assert rec["eval_count"] == reference["eval_count"] == 500
+
+
+def _on_both_nodes(rec: dict) -> None:
+    """The record names nodes n1 and n2, one rank on each, and the two ranks ran on different cores."""
+    sched, topo = rec["scheduler"], rec["topology"]
+    assert sched["name"] == "slurm" and sched["nodes"] == ["n1", "n2"] and sched["rank_nodes"] == ["n1", "n2"]
+    assert sched["node_addrs"] == ["127.0.0.1", "127.0.0.1"] and sched["job_id"]
+    assert topo["nodes"] == 2 and not topo["simulated"]
+    cores = topo["rank_cores"]
+    assert len(cores) == 2 and cores[0] and cores[1] and not set(cores[0]) & set(cores[1]), cores
+
+
+@pytest.fixture(scope="module")
+def usual_sweep(slurm_conf, tmp_path_factory):
+    """Two rounds of every backend at 2 nodes x 1 process, each started its usual Slurm way."""
+    tmp = tmp_path_factory.mktemp("slurm-usual")
+    out = tmp / "sweep"
+    cmd = py(
+        f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod {SWEEP} --repeats 2 --out", out
+    )
+    run_cmd(_salloc(*cmd), timeout=900, env=child_env(tmp, SLURM_CONF=str(slurm_conf)))
+    return out
+
+
+@pytest.mark.timeout(1000)
+def test_each_library_on_two_nodes_reproduces_the_single_process(usual_sweep):
+    recs = _records(usual_sweep)
+    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    reference = next(r for r in recs if r["backend"] == "single")
+    launchers = {}
+    for rec in (r for r in recs if r["backend"] != "single"):
+        _follows(rec, reference)
+        _on_both_nodes(rec)
+        launchers[rec["backend"]] = rec["launcher"]
+    assert launchers == {"ddp": "torchrun", "accelerate": "accelerate launch", "horovod": "horovodrun"}
+    assert "srun --nodes 2 --ntasks 2 --ntasks-per-node 1" in next(r for r in recs if r["backend"] == "ddp")["command"]
+
+
+@pytest.mark.timeout(1000)
+def test_a_two_round_slurm_sweep_writes_the_usual_report_with_verdicts(usual_sweep):
+    report = (usual_sweep / "report.md").read_text()
+    assert "### Verdicts" in report and "| ddp x2 |" in report and "| horovod x2 |" in report
+    assert "horovod x2 vs ddp x2" in report or "horovod x2 is" in report
+    assert "- nodes: 1, 2, Slurm's (job steps of job" in report
+    assert len(_records(usual_sweep)) == 8  # 4 configurations x 2 rounds
+
+
+@pytest.mark.timeout(600)
+def test_ddp_started_by_srun_itself_reproduces_the_single_process(slurm_env, tmp_path):
+    out = tmp_path / "sweep"
+    cmd = py(f"run.py compare --scheduler slurm --slurm-launch srun --backends ddp {SWEEP} --out", out)
+    run_cmd(_salloc(*cmd), timeout=500, env=slurm_env)
+    recs = _records(out)
+    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    ddp, single = (next(r for r in recs if r["backend"] == b) for b in ("ddp", "single"))
+    assert ddp["launcher"] == single["launcher"] == "srun"  # the reference too: one srun task
+    assert ddp["command"].startswith("MASTER_ADDR=127.0.0.1 MASTER_PORT=")
+    _follows(ddp, single)
+    _on_both_nodes(ddp)
+
+
+@pytest.mark.timeout(600)
+def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_succeeds(slurm_env, tmp_path):
+    """ddp on 2 nodes, its rank 1 (on n2) killed after step 5; then ddp on 1 node, which has no rank 1."""
+    out, timeout_s = tmp_path / "sweep", 60
+    env = {**slurm_env, "DISTBENCH_FAULT": "kill:1:5"}
+    cmd = py(
+        "run.py compare --scheduler slurm --backends ddp --nodes 2,1 --nprocs 1 --max-steps 200 --run-timeout-s",
+        timeout_s,
+        "--extra",
+        f"--timeout-s {timeout_s}",
+        "--out",
+        out,
+    )
+    run_cmd(_salloc(*cmd), timeout=timeout_s * 4, env=env)
+    single, killed, after = _records(out)  # in the plan's order: the reference, then ddp on 2 nodes, then on 1
+    assert (killed["backend"], killed["nodes"], killed["status"]) == ("ddp", 2, "failed"), killed
+    assert killed["elapsed_s"] < timeout_s + 30
+    assert (after["nodes"], after["status"], single["status"]) == (1, "ok", "ok")
+    steps = subprocess.run(["squeue", "--steps", "--noheader"], capture_output=True, text=True, env=env)
+    assert steps.stdout.strip() == ""  # nothing of the failed step is left on either node
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+@pytest.mark.timeout(600)
+def test_the_generated_sbatch_script_runs_its_sweep_to_a_report(slurm_env, tmp_path):
+    out, script = tmp_path / "sweep", tmp_path / "job.sbatch"
+    cmd = py(
+        "run.py slurm-script --nodes 2 --nprocs 1 --time 10 --out",
+        out,
+        "--script",
+        script,
+        "--",
+        "--backends",
+        "single,ddp",
+        "--max-steps",
+        "10",
+    )
+    run_cmd(cmd, timeout=60, env=slurm_env)
+    assert "#SBATCH --nodes=2" in script.read_text() and "--scheduler slurm" in script.read_text()
+    run_cmd(["sbatch", "--wait", str(script)], timeout=500, env=slurm_env)
+    report = (out / "report.md").read_text()
+    assert "| ddp x2 |" in report
+    assert all(r["status"] == "ok" for r in _records(out))
+
+
+def test_slurm_outside_an_allocation_is_one_line(tmp_path):
+    env = {k: v for k, v in child_env(tmp_path).items() if not k.startswith("SLURM_")}
+    proc = run_cmd(
+        py("run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --out", tmp_path / "s"),
+        timeout=60,
+        env=env,
+        expect_rc=2,
+    )
+    assert_one_line_error(proc, "--scheduler slurm runs inside a Slurm allocation")
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.timeout(300)
+def test_more_nodes_than_the_allocation_is_one_line(slurm_env, tmp_path):
+    cmd = py("run.py compare --scheduler slurm --backends ddp --nodes 3 --nprocs 1 --out", tmp_path / "s")
+    proc = run_cmd(_salloc(*cmd), timeout=120, env=slurm_env, expect_rc=2)
+    assert "error: --nodes 3: the allocation (job " in proc.stderr and "has 2 node(s): n1, n2" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "s").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_partition_slurm_refuses_is_one_line(slurm_env, tmp_path):
+    cmd = py("run.py slurm-script --partition nope --submit --out", tmp_path / "s", "--script", tmp_path / "j.sh")
+    proc = run_cmd(cmd, timeout=120, env=slurm_env, expect_rc=2)
+    assert_one_line_error(proc, "sbatch refused the job", "invalid partition")
+
+
+def test_the_script_is_written_as_documented(tmp_path):
+    proc = run_cmd(
+        py(
+            "run.py slurm-script --nodes 2 --nprocs 4 --gpus-per-node 2 --cpus-per-task 3 --partition gpu "
+            "--time 01:00:00 --out",
+            tmp_path / "s",
+            "--",
+            "--repeats",
+            "5",
+        ),
+        timeout=60,
+    )
+    text = proc.stdout
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --cpus-per-task=3",
+        "#SBATCH --gpus-per-node=2",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=01:00:00",
+    ):
+        assert line in text, line
+    assert f"run.py compare --scheduler slurm --nodes 2 --nprocs 2 --out {tmp_path / 's'} --repeats 5" in text
+    assert f"cd {ROOT}" in text and sys.executable in text
+    bad = run_cmd(py("run.py slurm-script --time soon --out", tmp_path / "s"), timeout=60, expect_rc=2)
+    assert_one_line_error(bad, "--time 'soon'")
