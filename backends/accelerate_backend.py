@@ -133,6 +133,12 @@ class AccelerateBackend(Backend):
         gathered = self.accelerator.gather(t.reshape(1, -1))
         return (gathered.amax(dim=0) if op is ReduceOp.MAX else gathered.amin(dim=0)).reshape(t.shape)
 
+    def gradient_all_reduce(self, t: torch.Tensor) -> None:
+        # Accelerate: its gradients go through the DDP it wraps the model in; its own collective, reduce(), copies
+        # the tensor first and all-reduces the copy: timed here as Accelerate's all-reduce
+        if self.world_size > 1:
+            self.accelerator.reduce(t, reduction="sum")
+
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.gather(t.unsqueeze(0))  # Accelerate: concatenates along dim 0
 

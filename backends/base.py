@@ -134,6 +134,12 @@ class Backend:
     def _all_reduce(self, t: torch.Tensor, op: ReduceOp) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} runs at world size {self.world_size}: implement _all_reduce")
 
+    def gradient_all_reduce(self, t: torch.Tensor) -> None:
+        """Sum `t` over every rank with the call the library uses for gradients, as it uses it (in place, or into
+        a copy where the library makes one): what `run.py commbench` times. Nothing to exchange at world size 1."""
+        if self.world_size > 1:
+            raise NotImplementedError(f"{type(self).__name__}: implement gradient_all_reduce")
+
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's `t`, stacked along a new first dimension in rank order."""
         return t.unsqueeze(0)

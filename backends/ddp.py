@@ -38,10 +38,15 @@ def bucket_cap_mb(device: torch.device, model: nn.Module) -> float:
     all-reduces per step, each with gloo's fixed cost; measured here, ddp x2, the BERT recipe, 25 steps, three
     A/B pairs: 25 MB ran at 1.06x the samples/s of 1 MB (per pair 1.16, 0.95, 1.06; docs/performance.md).
     On GPU, NCCL's default (25 MB) stays."""
-    if device.type == "cuda":
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return bucket_cap_mb_for(device.type, grad_bytes)
+
+
+def bucket_cap_mb_for(device_type: str, grad_bytes: int) -> float:
+    """bucket_cap_mb's choice from the device type and the model's gradient bytes (also the projection's)."""
+    if device_type == "cuda":
         return 25.0
-    grad_mb = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad) / 2**20
-    return 1.0 if grad_mb <= SMALL_MODEL_MB else 25.0
+    return 1.0 if grad_bytes / 2**20 <= SMALL_MODEL_MB else 25.0
 
 
 def comm_hook(compression: str):
@@ -114,6 +119,11 @@ class DDPBackend(Backend):
         t = t.clone()
         dist.all_reduce(t, op=_OPS[op])
         return t / self.world_size if op is ReduceOp.AVG else t
+
+    def gradient_all_reduce(self, t: torch.Tensor) -> None:
+        # DDP: the reducer all-reduces each bucket in place with the process group's all_reduce (then divides)
+        if self.world_size > 1:
+            dist.all_reduce(t)
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:

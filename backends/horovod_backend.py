@@ -83,6 +83,12 @@ class HorovodBackend(Backend):
         ops = {ReduceOp.SUM: hvd.Sum, ReduceOp.AVG: hvd.Average, ReduceOp.MAX: hvd.Max, ReduceOp.MIN: hvd.Min}
         return hvd.allreduce(t, op=ops[op])
 
+    def gradient_all_reduce(self, t: torch.Tensor) -> None:
+        # Horovod: DistributedOptimizer's hooks queue each gradient's in-place all-reduce for the background thread,
+        # which fuses what is ready into its fusion buffer (one tensor here: its own size, through the buffer)
+        if self.world_size > 1:
+            hvd.synchronize(hvd.allreduce_async_(t, op=hvd.Sum))
+
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:
             return t.unsqueeze(0)

@@ -1,6 +1,8 @@
-"""Is the shaped link real? A gloo all-reduce of S bytes between 2 processes, timed on each link rate.
+"""Is the shaped link real? A gloo all-reduce of S bytes between 2 processes, timed on each link rate; and is a
+per-node link full-duplex?
 
-    python -m benchmarks.linkcheck [--rates none,1gbit,100mbit] [--mb 4] [--repeats 5] [--out docs/network.md]
+    python -m benchmarks.linkcheck check [--rates none,1gbit,100mbit] [--mb 4] [--repeats 5] [--out docs/network.md]
+    python -m benchmarks.linkcheck duplex [--rate 100mbit] [--mb 4] [--repeats 3] [--out docs/commbench.md]
 
 Runs in a private network namespace (distbench/launching/link.py), as `compare --link-rate` does. For each rate,
 torchrun starts 2 processes that all-reduce a float32 tensor of --mb MB --repeats times (after one untimed) and count
@@ -29,6 +31,7 @@ from distbench.launching.launch import TORCHRUN, local_argv, resolve
 from distbench.training.timer import written_bytes
 
 SECTION = "## Is the shaping real? A gloo all-reduce on each link"
+DUPLEX_SECTION = "## Is a per-node link full-duplex? One transfer alone, then one each way at once"
 
 
 def worker(mb: float, repeats: int) -> None:
@@ -92,6 +95,88 @@ def table(rows: list[dict], command: str) -> list[str]:
     return lines + [""]
 
 
+def transfer(role: str, addr: str, port: int, nbytes: int) -> None:
+    """One end of a TCP transfer of nbytes: `recv` listens on addr:port, reads them all and acknowledges; `send`
+    connects, writes them and prints the seconds until the acknowledgement."""
+    import socket
+    import time
+
+    if role == "recv":
+        with socket.create_server((addr, port)) as server:
+            print("ready", flush=True)
+            conn, _ = server.accept()
+            with conn:
+                left = nbytes
+                while left:
+                    left -= len(conn.recv(min(left, 1 << 20)))
+                conn.sendall(b"k")
+        return
+    payload = bytes(nbytes)
+    with socket.create_connection((addr, port), timeout=120) as conn:
+        t0 = time.perf_counter()
+        conn.sendall(payload)
+        conn.recv(1)
+        print(time.perf_counter() - t0, flush=True)
+
+
+def transfers(net, directions: list[tuple[int, int]], nbytes: int) -> list[float]:
+    """The given transfers (from node, to node) at once, each between the nodes' own addresses: their seconds."""
+    from distbench.launching.netns import node_addr
+
+    py = [sys.executable, "-m", "benchmarks.linkcheck", "transfer"]
+    receivers, senders = [], []
+    for k, (src, dst) in enumerate(directions):
+        args = ["--addr", node_addr(dst), "--port", str(29900 + k), "--nbytes", str(nbytes)]
+        recv = subprocess.Popen(net.wrap(dst, [*py, "recv", *args]), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        recv.stdout.readline()  # "ready"
+        receivers.append(recv)
+        senders.append((src, args))
+    started = [
+        subprocess.Popen(net.wrap(src, [*py, "send", *args]), cwd=ROOT, stdout=subprocess.PIPE, text=True)
+        for src, args in senders
+    ]
+    seconds = [float(p.communicate(timeout=300)[0]) for p in started]
+    for r in receivers:
+        r.wait(timeout=60)
+    return seconds
+
+
+def duplex_measure(rate: str, mb: float, repeats: int) -> dict:
+    """Two per-node links (distbench/launching/netns.py) at `rate`: node 0 to node 1 alone, then both ways at once."""
+    from distbench.launching.netns import NodeNetwork
+
+    nbytes = int(mb * 1e6)
+    link.shape(link.UNSHAPED)
+    net = NodeNetwork(2, rate).up()
+    try:
+        alone = [transfers(net, [(0, 1)], nbytes)[0] for _ in range(repeats)]
+        both = [max(transfers(net, [(0, 1), (1, 0)], nbytes)) for _ in range(repeats)]
+    finally:
+        net.down()
+    return {"rate": rate, "mb": mb, "floor_s": nbytes * 8 / link.parse_rate(rate), "alone_s": alone, "both_s": both}
+
+
+def duplex_table(row: dict, command: str) -> list[str]:
+    alone, both = statistics.median(row["alone_s"]), statistics.median(row["both_s"])
+    return [
+        DUPLEX_SECTION,
+        "",
+        f"Produced by `{command}` on {datetime.now(UTC).date()} ({platform.platform()}, {platform.machine()}): two "
+        f"simulated nodes on per-node links of {row['rate']} (`--link-mode per-node`), {row['mb']:g} MB over TCP "
+        "from node 0 to node 1 alone, then one such transfer each way at the same time (the slower of the two). On "
+        "a full-duplex link both take as long as one; through one shared queue (a hub, `--link-mode shared`) they "
+        "would take twice as long.",
+        "",
+        "| link | MB each | floor s (MB / rate) | one way alone s (median, min-max) | both ways at once s "
+        "| both / alone |",
+        "|---|---|---|---|---|---|",
+        f"| {row['rate']} | {row['mb']:g} | {row['floor_s']:.3f} | {alone:.3f} ({min(row['alone_s']):.3f}-"
+        f"{max(row['alone_s']):.3f}) | {both:.3f} ({min(row['both_s']):.3f}-{max(row['both_s']):.3f}) | "
+        f"{both / alone:.2f} |",
+        "",
+    ]
+
+
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
@@ -114,6 +199,33 @@ def check(
         section = table(rows, "python -m benchmarks.linkcheck " + " ".join(sys.argv[1:]))
         out.write_text(replace_section(out.read_text() if out.exists() else "# Network\n", SECTION, section) + "\n")
         print("\n".join(section))
+
+
+@app.command()
+def duplex(
+    rate: Annotated[str, typer.Option(help="Each node's link rate.")] = "100mbit",
+    mb: Annotated[float, typer.Option(help="Bytes of each transfer, MB (10^6).")] = 4.0,
+    repeats: Annotated[int, typer.Option(help="Transfers of each kind.")] = 3,
+    out: Annotated[Path | None, typer.Option(help="Replace this file's section with the table.")] = None,
+) -> None:
+    if link.parse_rate(rate) is None:
+        raise SystemExit("error: --rate: give a rate (e.g. 100mbit): an unshaped link has no rate to check")
+    link.enter_private_namespace()
+    row = duplex_measure(rate, mb, repeats)
+    print(json.dumps(row))
+    if out is not None:
+        from benchmarks.harness import replace_section
+
+        section = duplex_table(row, "python -m benchmarks.linkcheck " + " ".join(sys.argv[1:]))
+        out.write_text(
+            replace_section(out.read_text() if out.exists() else "# commbench\n", DUPLEX_SECTION, section) + "\n"
+        )
+        print("\n".join(section))
+
+
+@app.command("transfer")
+def transfer_command(role: str, addr: str = "", port: int = 0, nbytes: int = 0) -> None:
+    transfer(role, addr, port, nbytes)
 
 
 @app.command("worker")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -19,6 +20,11 @@ import typer
 from distbench.errors import UserError
 
 SWEEP_COMMANDS = ("compare", "report", "simulate", "slurm-script")
+SCALING_COMMANDS = ("commbench", "project")
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def invoke(app: typer.Typer, args: list[str], prog: str) -> int:
@@ -73,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         from distbench.cli.checktask import check_task_app
 
         return invoke(check_task_app(), argv[1:], "run.py check-task")
+    if argv and argv[0] in (*SCALING_COMMANDS, *SWEEP_COMMANDS):
+        # a driver stopped with SIGTERM (kill, a scheduler's time limit) cleans up as after Ctrl-C: its runs are
+        # stopped, its network namespaces removed, what it measured so far reported
+        signal.signal(signal.SIGTERM, _interrupt)
+    if argv and argv[0] in SCALING_COMMANDS:
+        from distbench.cli.scaling import scaling_app
+
+        return invoke(scaling_app(), argv, "run.py")
     if argv and argv[0] in SWEEP_COMMANDS:
         from distbench.cli.sweep import sweep_app
 

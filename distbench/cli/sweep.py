@@ -156,7 +156,10 @@ def simulate(
     backend: Annotated[str, typer.Option(help="ddp, accelerate or horovod.")],
     nodes: Annotated[int, typer.Option(help="Simulated nodes, each on its own share of the cores.")] = 2,
     nprocs: Annotated[int, typer.Option(help="Processes per node.")] = 1,
-    link_rate: Annotated[str, typer.Option(help="Rate of the shaped loopback, e.g. 1gbit or 100mbit.")] = link.UNSHAPED,
+    link_rate: Annotated[str, typer.Option(help="Rate of the shaped link, e.g. 1gbit or 100mbit.")] = link.UNSHAPED,
+    link_mode: Annotated[
+        str, typer.Option(help="shared (one bucket on loopback, a hub) or per-node (a NIC per node on a switch).")
+    ] = link.MODES[0],
     run_timeout_s: Annotated[int, typer.Option(help="Stop the job after this long.")] = 3600,
 ) -> None:
     from distbench.sweep.configuration import SweepConfig
@@ -170,7 +173,11 @@ def simulate(
     if "--backend" in train_args:
         raise UserError("give --backend before --, as simulate's own option")
     link.parse_rate(link_rate)
-    config = SweepConfig(backend=backend, world_size=nodes * nprocs, nodes=nodes, link_rate=link_rate)
+    if link_mode not in link.MODES:
+        raise UserError(f"--link-mode {link_mode!r}: one of {', '.join(link.MODES)}")
+    config = SweepConfig(
+        backend=backend, world_size=nodes * nprocs, nodes=nodes, link_rate=link_rate, link_mode=link_mode
+    )
     executor = LocalExecutor()
     executor.check([config])
     try:

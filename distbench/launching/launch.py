@@ -14,7 +14,9 @@ No distributed library is imported here.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
+import shutil
 import socket
 import sys
 from collections.abc import Mapping
@@ -128,37 +130,27 @@ class Torchrun(Launcher):
         return "TORCHELASTIC_RUN_ID" in env
 
     def commands(self, program, nprocs, hosts=None, port=None):
+        agent = ["torchrun", "--nproc_per_node", str(nprocs)]
         if not hosts:
-            return [["torchrun", "--nproc_per_node", str(nprocs), *program]]
+            return [[*agent, *program]]
         if len(hosts) == 1:  # torchrun's static rendezvous on the given address
-            return [
-                [
-                    "torchrun",
-                    "--nproc_per_node",
-                    str(nprocs),
-                    "--master_addr",
-                    hosts[0],
-                    "--master_port",
-                    str(port),
-                    *program,
-                ]
-            ]
+            return [[*agent, "--master_addr", hosts[0], "--master_port", str(port), *program]]
         # several nodes: one agent per node, meeting at the c10d rendezvous on the first node
-        return [
-            [
-                "torchrun",
-                "--nnodes",
-                str(len(hosts)),
-                "--nproc_per_node",
-                str(nprocs),
-                "--rdzv-backend",
-                "c10d",
-                "--rdzv-endpoint",
-                f"{hosts[0]}:{port}",
-                *program,
-            ]
-            for _ in hosts
-        ]
+        rendezvous = ["--nnodes", str(len(hosts)), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts[0]}:{port}"]
+        return [[*agent, *rendezvous, *_rendezvous_host(hosts, i), *program] for i in range(len(hosts))]
+
+
+def _rendezvous_host(hosts: list, i: int) -> list[str]:
+    """torchrun finds the agent that serves the c10d store by matching the endpoint to its machine's host name, and
+    tells the workers the store's address by that name; a node whose name does not resolve to its link's address (a
+    simulated node in a network namespace of its own) is told both: the first node hosts, the others do not, and
+    each node's address is its own (--local-addr). Where every node is one address (loopback), the names stand."""
+    distinct = len(set(hosts)) == len(hosts)
+    try:
+        addresses = all(ipaddress.ip_address(h) for h in hosts)
+    except ValueError:
+        addresses = False
+    return ["--rdzv-conf", f"is_host={int(i == 0)}", "--local-addr", hosts[i]] if distinct and addresses else []
 
 
 class AccelerateLaunch(Launcher):
@@ -294,9 +286,13 @@ def resolve(argv: list[str]) -> list[str]:
     argv = list(argv)
     if "python" in argv:  # the interpreter that runs the program (the first "python": later ones are its own)
         argv[argv.index("python")] = sys.executable
-    start = 3 if argv[0] == "taskset" else 0  # `taskset -c CORES LAUNCHER ...`: a simulated node's agent
+    # the launcher, after what a simulated node puts in front of it (`ip netns exec NS`, `taskset -c CORES`)
+    start = 4 if argv[0] == "ip" else 0
+    start += 3 if argv[start] == "taskset" else 0
     if argv[start] in ("torchrun", "accelerate", "horovodrun"):
         argv[start] = str(BIN / argv[start])
+    if argv[0] == "ip":
+        argv[0] = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin") or "ip"
     return argv
 
 

@@ -25,6 +25,8 @@ import sys
 from distbench.errors import UserError
 
 RATE_ENV = "DISTBENCH_LINK_RATE"  # the rate of the link a run's traffic crosses, as given (the record's link_rate)
+MODE_ENV = "DISTBENCH_LINK_MODE"  # shared (one bucket on loopback) or per-node (netns.py): the record's link_mode
+MODES = ("shared", "per-node")
 OUTER_NETNS_ENV = "DISTBENCH_OUTER_NETNS"  # the namespace the command was started in: never shaped
 UNSHAPED = "none"
 _UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}  # tc's units: bits per second ("mbps" would be bytes)
@@ -50,10 +52,16 @@ def parse_rate(text: str) -> float | None:
     return bits
 
 
-def tbf_args(bits: float) -> list[str]:
-    """tc's token-bucket arguments for `bits` per second: a bucket of 10 ms of traffic, at least two MTUs."""
-    burst = max(2 * _LO_MTU, int(bits / 8 / 100))
-    return ["tbf", "rate", f"{int(bits)}bit", "burst", str(burst), "latency", f"{LATENCY_MS}ms"]
+# at least one whole segment as the stack hands it over (GSO: up to 64 KiB plus headers): a smaller bucket makes tbf
+# cut every such segment into MTU packets itself, which cost the sender as much CPU time as the transfer lasted
+MIN_BURST = 70_000
+
+
+def tbf_args(bits: float, mtu: int = _LO_MTU, latency_ms: float = LATENCY_MS, burst_ms: float = 10) -> list[str]:
+    """tc's token-bucket arguments for `bits` per second: a bucket of burst_ms of traffic, at least two MTUs
+    (loopback's, unless the interface's is given), and a queue that holds a packet at most latency_ms."""
+    burst = max(2 * mtu, int(bits / 8 * burst_ms / 1e3), MIN_BURST)
+    return ["tbf", "rate", f"{int(bits)}bit", "burst", str(burst), "latency", f"{latency_ms:g}ms"]
 
 
 def netns() -> str:
@@ -130,11 +138,16 @@ def shape(rate: str) -> None:
     _tc("tc", "qdisc", "replace", "dev", "lo", "root", *tbf_args(bits))
 
 
-def run_env(rate: str) -> dict[str, str]:
-    """The variables of a run on a link of `rate`: the record reads the rate from them."""
-    return {RATE_ENV: rate} if parse_rate(rate) is not None else {}
+def run_env(rate: str, mode: str = MODES[0]) -> dict[str, str]:
+    """The variables of a run on a link of `rate`: the record reads the rate and the mode from them."""
+    return {RATE_ENV: rate, MODE_ENV: mode} if parse_rate(rate) is not None else {MODE_ENV: mode}
 
 
 def recorded(env=os.environ) -> str | None:
     """The link rate of this run for the record: None when its traffic crossed an unshaped loopback."""
     return env.get(RATE_ENV) or None
+
+
+def recorded_mode(env=os.environ) -> str:
+    """How this run's link was made (MODES); shared where nothing was said (a run outside a sweep)."""
+    return env.get(MODE_ENV) or MODES[0]

@@ -111,14 +111,20 @@ class NodeLaunch:
         return lines[0] if len(lines) == 1 else " & ".join(lines) + " & wait"
 
 
-def node_launch(launcher: Launcher, program: list[str], nodes: int, nprocs: int) -> NodeLaunch:
+def node_launch(
+    launcher: Launcher, program: list[str], nodes: int, nprocs: int, addrs: list[str] | None = None, inside=None
+) -> NodeLaunch:
     """`program` as `nodes` simulated nodes of `nprocs` processes each, with the launcher's multi-node form,
-    rendezvous on loopback; each agent under `taskset` on its node's cores."""
+    rendezvous on loopback (or at `addrs`, each node's own address); each agent under `taskset` on its node's cores,
+    and `inside(i, cmd)` (each node's network namespace) around it when given. horovodrun, one command for every
+    node, runs on the first."""
     sim = SimulatedNodes.split(nodes)
-    commands = launcher.commands(program, nprocs, hosts(launcher, nodes), free_port())
+    commands = launcher.commands(program, nprocs, addrs or hosts(launcher, nodes), free_port())
     if len(commands) == nodes:  # one agent per node: the agent (and so its workers) starts on the node's cores
         pairs = zip(commands, sim.node_cores, strict=True)
         commands = [["taskset", "-c", ",".join(map(str, cores)), *cmd] for cmd, cores in pairs]
+    if inside is not None:
+        commands = [inside(i, cmd) for i, cmd in enumerate(commands)]
     return NodeLaunch(commands, {NODE_CORES_ENV: sim.env_value()})
 
 

@@ -74,6 +74,14 @@ def _rates(text: str, option: str) -> list[str]:
     return values
 
 
+def _link_modes(text: str, option: str) -> list[str]:
+    values = _csv(text, option)
+    for v in values:
+        if v not in link.MODES:
+            raise UserError(f"{option}: {v!r} is not one of {', '.join(link.MODES)}")
+    return values
+
+
 def _rate_order(rate: str) -> float:
     """Unshaped first, then the fastest link to the slowest."""
     try:
@@ -174,6 +182,18 @@ class SweepConfig:
         name=lambda r: f"link-{r}" if r != link.UNSHAPED else "",
         text=lambda r: "unshaped" if r == link.UNSHAPED else f"@{r}",
         order=_rate_order,
+    )
+    link_mode: str = axis(
+        link.MODES[0],
+        option="--link-mode",
+        parse=_link_modes,
+        reference=link.MODES[0],
+        held=True,
+        help="Comma-separated link modes, a sweep axis: shared (one token bucket on loopback for all traffic, a hub) "
+        "or per-node (each simulated node in a network namespace of its own with a NIC of --link-rate each way on "
+        "a switch); docs/commbench.md.",
+        name=lambda m: "" if m == link.MODES[0] else m,
+        text=lambda m: f"{m} link",
     )
 
     # ---- identity ------------------------------------------------------------------------------------------------

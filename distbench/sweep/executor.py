@@ -5,8 +5,9 @@ start; an executor knows nothing of rounds or statistics. `Executor` is the seam
 
 - `check(configs)`: refuse, in one line and before any run, what cannot run where this executor runs them;
 - `cpus_per_node(nodes)`: the CPUs each of `nodes` nodes has for a run (threads default to them / processes);
-- `run(config, args, out_json, log, timeout_s)`: start `run.py ARGS` as that configuration, wait for it within the
-  timeout, and return its record (or a failure record with the cause), with the command that started it.
+- `run(config, args, out_json, log, timeout_s, program=None)`: start `run.py ARGS` (or another program of
+  distbench's that writes out_json: the commbench worker) as that configuration, wait for it within the timeout, and
+  return its record (or a failure record with the cause), with the command that started it.
 
 `LocalExecutor` runs on this machine: each backend's usual launcher, as simulated nodes with the launcher's
 multi-node form when the configuration has several, over a shaped link when it has one. A cluster scheduler is
@@ -15,6 +16,7 @@ another executor.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,26 +27,56 @@ import time
 from pathlib import Path
 from typing import Protocol
 
-from distbench.backends import DISTRIBUTED, get_spec, typed_command
+from distbench.backends import DISTRIBUTED, get_spec
 from distbench.config import available_cpus
-from distbench.launching import link, topology
-from distbench.launching.launch import resolve
+from distbench.errors import UserError
+from distbench.launching import link, netns, topology
+from distbench.launching.launch import HOROVODRUN, local_argv, resolve
+from distbench.launching.netns import NodeNetwork
 from distbench.sweep.configuration import SweepConfig
 
 
 class Executor(Protocol):
     def check(self, configs: list[SweepConfig]) -> None: ...
     def cpus_per_node(self, nodes: int) -> int: ...
-    def run(self, config: SweepConfig, args: list[str], out_json: Path, log: Path, timeout_s: float) -> dict: ...
+    def run(
+        self,
+        config: SweepConfig,
+        args: list[str],
+        out_json: Path,
+        log: Path,
+        timeout_s: float,
+        program: list[str] | None = None,
+    ) -> dict: ...
 
 
-def launch_config(backend: str, world_size: int, nodes: int, args: list[str]) -> topology.NodeLaunch:
-    """The command(s) that start `run.py --backend BACKEND ARGS` with world_size processes: the backend's usual
-    launcher, as `nodes` simulated nodes when there are several."""
-    if nodes == 1:
-        return topology.NodeLaunch([typed_command(backend, world_size, args)], {})
+def launch_config(
+    backend: str,
+    world_size: int,
+    nodes: int,
+    args: list[str],
+    program: list[str] | None = None,
+    net: NodeNetwork | None = None,
+) -> topology.NodeLaunch:
+    """The command(s) that start `run.py --backend BACKEND ARGS` (or `program`, what follows python) with world_size
+    processes: the backend's usual launcher, as `nodes` simulated nodes when there are several (each in its own
+    network namespace of `net`, at its own address, when given)."""
     spec = get_spec(backend)
-    return topology.node_launch(spec.launchers[0], spec.program(args), nodes, world_size // nodes)
+    program = program or spec.program(args)
+    if nodes == 1:
+        return topology.NodeLaunch([local_argv(spec.launchers[0], program, world_size)], {})
+    if net is None:
+        return topology.node_launch(spec.launchers[0], program, nodes, world_size // nodes)
+    if spec.launchers[0] is HOROVODRUN:  # one horovodrun at the switch; each worker enters its node
+        (argv,) = HOROVODRUN.commands([], world_size // nodes, topology.hosts(HOROVODRUN, nodes))
+        cores = topology.SimulatedNodes.split(nodes).env_value()
+        started = topology.NodeLaunch(
+            [argv[: argv.index("python")] + net.horovod_worker(program)], {topology.NODE_CORES_ENV: cores}
+        )
+    else:
+        addrs = [netns.node_addr(i) for i in range(nodes)]
+        started = topology.node_launch(spec.launchers[0], program, nodes, world_size // nodes, addrs, net.wrap)
+    return topology.NodeLaunch(started.commands, {**started.env, **net.env()})
 
 
 class LocalExecutor:
@@ -56,39 +88,68 @@ class LocalExecutor:
         for c in configs:
             if c.nodes > 1:
                 topology.SimulatedNodes.split(c.nodes)  # a core per node
+                launcher = get_spec(c.backend).launchers[0]
                 if c.backend in DISTRIBUTED:
-                    topology.hosts(get_spec(c.backend).launchers[0], c.nodes)
-        if any(link.parse_rate(c.link_rate) is not None for c in configs):
+                    topology.hosts(launcher, c.nodes)
+        if any(self._per_node(c) for c in configs) and os.geteuid() != 0:
+            raise UserError("--link-mode per-node makes a network namespace per node (ip netns add): run it as root")
+        if any(link.parse_rate(c.link_rate) is not None or self._per_node(c) for c in configs):
             link.enter_private_namespace()  # returns once inside
+
+    @staticmethod
+    def _per_node(config: SweepConfig) -> bool:
+        return config.link_mode == "per-node" and config.nodes > 1
 
     def cpus_per_node(self, nodes: int) -> int:
         """Simulated nodes share this machine's usable CPUs."""
         return available_cpus() // nodes
 
-    def run(self, config: SweepConfig, args: list[str], out_json: Path, log: Path, timeout_s: float) -> dict:
-        started = launch_config(config.backend, config.world_size, config.nodes, args)
-        if link.inside():
-            link.shape(config.link_rate)
-        env = {**started.env, **link.run_env(config.link_rate)}
-        record = run_one([resolve(c) for c in started.commands], out_json, timeout_s, log, env)
+    @contextlib.contextmanager
+    def links(self, config: SweepConfig):
+        """The links of one run: a namespace per simulated node joined by a switch (per-node), or this namespace's
+        loopback shaped (shared; unshaped where the run has no link); yields the node network, or None."""
+        if not self._per_node(config):
+            if link.inside():
+                link.shape(config.link_rate)
+            yield None
+            return
+        link.shape(link.UNSHAPED)  # each node's own processes talk over its loopback, unshaped
+        net = NodeNetwork(config.nodes, config.link_rate).up()
+        try:
+            yield net
+        finally:
+            net.down()
+
+    def run(
+        self,
+        config: SweepConfig,
+        args: list[str],
+        out_json: Path,
+        log: Path,
+        timeout_s: float,
+        program: list[str] | None = None,
+    ) -> dict:
+        with self.links(config) as net:
+            started = launch_config(config.backend, config.world_size, config.nodes, args, program, net)
+            env = {**started.env, **link.run_env(config.link_rate, config.link_mode)}
+            record = run_one([resolve(c) for c in started.commands], out_json, timeout_s, log, env)
         record["command"] = started.shell()
         return record
 
     def run_attached(self, config: SweepConfig, args: list[str], timeout_s: float) -> int:
         """One job in the foreground, its output to this terminal: its exit code. Past the timeout its processes are
         stopped and subprocess.TimeoutExpired raised."""
-        if link.inside():
-            link.shape(config.link_rate)
-        started = launch_config(config.backend, config.world_size, config.nodes, args)
-        print(f"running: {started.shell()}", file=sys.stderr, flush=True)
-        env = {**os.environ, **started.env, **link.run_env(config.link_rate)}
-        procs = [subprocess.Popen(resolve(cmd), env=env, start_new_session=True) for cmd in started.commands]
-        try:
-            return wait_all(procs, timeout_s)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            for p in procs:
-                kill_group(p)
-            raise
+        with self.links(config) as net:
+            started = launch_config(config.backend, config.world_size, config.nodes, args, net=net)
+            print(f"running: {started.shell()}", file=sys.stderr, flush=True)
+            env = {**os.environ, **started.env, **link.run_env(config.link_rate, config.link_mode)}
+            procs = [subprocess.Popen(resolve(cmd), env=env, start_new_session=True) for cmd in started.commands]
+            try:
+                return wait_all(procs, timeout_s)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                for p in procs:
+                    kill_group(p)
+                raise
 
 
 def tail(text: str, n: int = 12) -> str:

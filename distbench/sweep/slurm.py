@@ -66,10 +66,12 @@ class SlurmExecutor:
         launchers = get_spec(backend).launchers
         return SRUN if self.launch_form == "srun" and SRUN in launchers else launchers[0]
 
-    def command(self, config: SweepConfig, args: list[str], name: str) -> tuple[list[str], dict[str, str]]:
+    def command(
+        self, config: SweepConfig, args: list[str], name: str, program: list[str] | None = None
+    ) -> tuple[list[str], dict[str, str]]:
         """The srun that starts this configuration as a job step, and the variables it adds."""
         launcher, port = self.launcher(config.backend), free_port()
-        program = get_spec(config.backend).program(args)
+        program = program or get_spec(config.backend).program(args)
         cmd = slurm.launch_step(launcher, self.alloc, program, config.nodes, config.nprocs, port, name)
         if launcher is SRUN:  # srun's own tasks meet at the first node
             return cmd, {"MASTER_ADDR": self.alloc.addrs[0], "MASTER_PORT": str(port)}
@@ -84,9 +86,17 @@ class SlurmExecutor:
         # srun passes this environment to its tasks: the launchers and python are this environment's
         return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **added}
 
-    def run(self, config: SweepConfig, args: list[str], out_json: Path, log: Path, timeout_s: float) -> dict:
+    def run(
+        self,
+        config: SweepConfig,
+        args: list[str],
+        out_json: Path,
+        log: Path,
+        timeout_s: float,
+        program: list[str] | None = None,
+    ) -> dict:
         name = f"distbench-{uuid.uuid4().hex[:12]}"
-        cmd, added = self.command(config, args, name)
+        cmd, added = self.command(config, args, name, program)
         record = run_one(
             [cmd], out_json, timeout_s, log, self._env(added), stop=lambda: slurm.cancel(self.alloc.job_id, name)
         )

@@ -150,6 +150,7 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "environment": environment(backend, cfg.threads, facts.cores),
         "topology": topology.describe(backend.launch, placement(backend)),
         "scheduler": scheduler_facts(),  # Slurm's job, step and node of the main process (None: no scheduler)
+        "link_mode": link.recorded_mode(),  # shared (a bucket on loopback) or per-node (a NIC per node; netns.py)
         "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (launching/link.py); None: unshaped
         "launcher": backend.launch.launcher,
         # torchrun: how often this machine's agent had restarted the worker group when this run began

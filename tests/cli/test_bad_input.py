@@ -113,8 +113,10 @@ def test_bad_knobs_are_one_line(tmp_path, args, fragment):
         (["simulate", "--backend", "ddp", "--link-rate", "fast"], "--link-rate 'fast' is not a rate"),
         (["compare", "--out", "{tmp}/s", "--nodes", "64"], "--nodes 64: each simulated node needs a core"),
         (["simulate", "--backend", "single"], "--backend single runs one process"),
+        (["compare", "--out", "{tmp}/s", "--link-mode", "mesh"], "--link-mode"),
+        (["simulate", "--backend", "ddp", "--link-mode", "mesh"], "--link-mode 'mesh'"),
     ],
-    ids=["compare-rate", "simulate-rate", "too-many-nodes", "simulate-single"],
+    ids=["compare-rate", "simulate-rate", "too-many-nodes", "simulate-single", "compare-mode", "simulate-mode"],
 )
 def test_bad_topology_options_are_one_line(tmp_path, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]

@@ -1,6 +1,7 @@
 """The package's layers: a module imports only from its own concern or from a lower layer (docs/architecture.md).
 
-    core (distbench, errors, config, sharding) < launching < models, data < backends, tasks < training < sweep < cli
+    core (distbench, errors, config, sharding) < launching < models, data < backends, tasks < training
+    < sweep < scaling < cli
 
 Concerns of the same layer (models and data; backends and tasks) do not import each other. The libraries' adapters,
 the models and the data stand at the top of the repository (backends/, models/, data/) and are imported as
@@ -21,7 +22,8 @@ CONCERNS = [
     ("tasks", ("distbench.tasks",), 3),
     ("training", ("distbench.training",), 4),
     ("sweep", ("distbench.sweep",), 5),
-    ("cli", ("distbench.cli",), 6),
+    ("scaling", ("distbench.scaling",), 6),
+    ("cli", ("distbench.cli",), 7),
 ]
 
 
@@ -102,7 +104,7 @@ def test_the_check_finds_a_planted_upward_import():
         f"distbench/config.py:{line}: core (layer 0) imports distbench.sweep.report (sweep, layer 5)"
     ]
     assert wrong_imports("distbench.config", "from distbench import cli\n", "distbench/config.py", known) == [
-        "distbench/config.py:1: core (layer 0) imports distbench.cli (cli, layer 6)"
+        "distbench/config.py:1: core (layer 0) imports distbench.cli (cli, layer 7)"
     ]
     assert wrong_imports("distbench.data.mnist", "from backends import get_spec\n", "data/mnist.py", known) == [
         "data/mnist.py:1: imports backends by its bare name; use distbench.backends"

@@ -1,0 +1,349 @@
+"""The projection's validation (docs/projection.md): predict, then measure, then compare.
+
+    python -m benchmarks.projection commbench   # each library's all-reduce on per-node links at every rate
+    python -m benchmarks.projection reference   # each task's `single` x1 runs (the computation)
+    python -m benchmarks.projection predict     # `run.py project` for every case, before anything is measured
+    python -m benchmarks.projection measure     # the same cases with `run.py compare`
+    python -m benchmarks.projection table       # predicted against measured, into docs/projection.md
+
+Everything goes under docs/results/projection/ (commbench/RATE, TASK-reference, predictions/, TASK-SWEEP); each step
+is the commands a user types (`run.py commbench`, `compare`, `project`), so the validation is of the tool as used.
+Two simulated nodes x 1 process, one thread each, each node on its own core, per-node links (netns.py). The cases
+are `CASES`, in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from benchmarks.harness import ROOT, child_env, machine, write_section
+
+OUT = ROOT / "docs" / "results" / "projection"
+RATES = ("none", "1gbit", "500mbit", "200mbit", "100mbit")
+BACKENDS = "ddp,accelerate,horovod"
+SECTION = "## Validation: predicted before measuring, then measured"
+BERT_DATA = str(ROOT.parent / "shared" / "data" / "rt-polarity")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One compare sweep of the validation: a task at some rates and knobs, and the rounds it gets."""
+
+    name: str
+    task_args: tuple[str, ...]
+    rates: tuple[str, ...]
+    accumulate: tuple[int, ...] = (1,)
+    compression: tuple[str, ...] = ("none",)
+    repeats: int = 5
+
+    @property
+    def task(self) -> str:
+        return self.name.split("-")[0]
+
+    def cases(self) -> list[tuple[str, int, str]]:
+        return [(r, a, c) for r in self.rates for a in self.accumulate for c in self.compression]
+
+
+TASK_ARGS = {
+    "mnist": ("--task", "mnist", "--max-steps", "60"),
+    "resnet18": ("--task", "synthetic-resnet", "--model", "resnet18", "--max-steps", "12"),
+    "bert": ("--task", "bert-sentiment", "--data-dir", BERT_DATA, "--max-steps", "12"),
+}
+CASES = (
+    Sweep("mnist-links", TASK_ARGS["mnist"], RATES),
+    Sweep("mnist-knobs", TASK_ARGS["mnist"], ("none", "100mbit"), (1, 4), ("none", "fp16"), repeats=3),
+    Sweep("resnet18-links", TASK_ARGS["resnet18"], ("none", "100mbit"), repeats=3),
+    Sweep("bert-links", TASK_ARGS["bert"], ("none", "1gbit"), repeats=3),
+)
+
+
+def run(args: list[str]) -> None:
+    print("+ python " + " ".join(args), file=sys.stderr, flush=True)
+    subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(), check=True)
+
+
+def prediction_path(sweep: Sweep, rate: str, acc: int, comp: str) -> Path:
+    return OUT / "predictions" / f"{sweep.task}-{rate}-acc{acc}-{comp}.json"
+
+
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.command()
+def commbench(repeats: int = 10, rounds: int = 2) -> None:
+    for rate in RATES:
+        out = OUT / "commbench" / rate
+        if not (out / "fit.json").exists():
+            run(
+                [
+                    "run.py",
+                    "commbench",
+                    "--backends",
+                    BACKENDS,
+                    "--nodes",
+                    "2",
+                    "--nprocs",
+                    "1",
+                    "--link-rate",
+                    rate,
+                    "--link-mode",
+                    "per-node",
+                    "--repeats",
+                    str(repeats),
+                    "--rounds",
+                    str(rounds),
+                    "--out",
+                    str(out),
+                ]
+            )
+
+
+@app.command()
+def reference(repeats: int = 5) -> None:
+    for task, args in TASK_ARGS.items():
+        out = OUT / f"{task}-reference"
+        if not (out / "report.md").exists():
+            run(
+                [
+                    "run.py",
+                    "compare",
+                    *args,
+                    "--backends",
+                    "single",
+                    "--nprocs",
+                    "1",
+                    "--threads",
+                    "1",
+                    "--repeats",
+                    str(repeats),
+                    "--out",
+                    str(out),
+                ]
+            )
+
+
+@app.command()
+def predict() -> None:
+    for sweep in CASES:
+        for rate, acc, comp in sweep.cases():
+            path = prediction_path(sweep, rate, acc, comp)
+            if not path.exists():
+                run(
+                    [
+                        "run.py",
+                        "project",
+                        str(OUT / f"{sweep.task}-reference"),
+                        "--commbench",
+                        str(OUT / "commbench" / rate),
+                        "--nodes",
+                        "2",
+                        "--nprocs",
+                        "1",
+                        "--accumulate",
+                        str(acc),
+                        "--grad-compression",
+                        comp,
+                        "--output",
+                        str(path),
+                    ]
+                )
+
+
+@app.command()
+def measure() -> None:
+    for sweep in CASES:
+        out = OUT / sweep.name
+        if not (out / "report.md").exists():
+            run(
+                [
+                    "run.py",
+                    "compare",
+                    *sweep.task_args,
+                    "--backends",
+                    BACKENDS,
+                    "--nodes",
+                    "2",
+                    "--nprocs",
+                    "1",
+                    "--threads",
+                    "1",
+                    "--link-mode",
+                    "per-node",
+                    "--link-rate",
+                    ",".join(sweep.rates),
+                    "--accumulate",
+                    ",".join(map(str, sweep.accumulate)),
+                    "--grad-compression",
+                    ",".join(sweep.compression),
+                    "--repeats",
+                    str(sweep.repeats),
+                    "--out",
+                    str(out),
+                ]
+            )
+
+
+def measured(sweep: Sweep) -> dict[tuple, list[float]]:
+    """samples/s of every ok run of the sweep, by (backend, rate, accumulate, compression)."""
+    from distbench.sweep import report
+
+    out: dict[tuple, list[float]] = {}
+    for r in report.load([OUT / sweep.name]).records:
+        if r["status"] == "ok":
+            key = (r["backend"], r.get("link_rate") or "none", r["accumulate"], r["grad_compression"])
+            out.setdefault(key, []).append(r["samples_per_sec"])
+    return out
+
+
+def rows() -> list[dict]:
+    """Every case: predicted and measured samples/s, and the error of the prediction."""
+    out = []
+    for sweep in CASES:
+        got = measured(sweep)
+        for rate, acc, comp in sweep.cases():
+            for p in json.loads(prediction_path(sweep, rate, acc, comp).read_text()):
+                runs = got.get((p["backend"], rate, acc, comp), [])
+                m = statistics.median(runs) if runs else None
+                err = (p["samples_per_sec"] - m) / m if m else None
+                out.append(
+                    {
+                        "task": sweep.task,
+                        "sweep": sweep.name,
+                        "rate": rate,
+                        "accumulate": acc,
+                        "compression": comp,
+                        "backend": p["backend"],
+                        "predicted": p["samples_per_sec"],
+                        "lo": p["samples_per_sec_lo"],
+                        "hi": p["samples_per_sec_hi"],
+                        "measured": m,
+                        "runs": len(runs),
+                        "min": min(runs, default=None),
+                        "max": max(runs, default=None),
+                        "error": err,
+                    }
+                )
+    return out
+
+
+def table_lines(data: list[dict]) -> list[str]:
+    errors = [abs(r["error"]) for r in data if r["error"] is not None]
+    lines = [
+        SECTION,
+        "",
+        f"Produced by `python -m benchmarks.projection table` on {machine()}, from the predictions in "
+        "docs/results/projection/predictions/ (written by `... predict` before `... measure` ran the sweeps) and "
+        "the sweeps in docs/results/projection/. Error = (predicted - measured) / measured, measured = the median "
+        "samples/s over the rounds (min-max beside it).",
+        "",
+        f"**{len(errors)} cases: median absolute error {100 * statistics.median(errors):.1f} %, largest "
+        f"{100 * max(errors):.1f} %; {sum(e <= 0.2 for e in errors)} within 20 %, {sum(e <= 0.1 for e in errors)} "
+        "within 10 %.**"
+        if errors
+        else "No measured case yet.",
+        "",
+        "| task | link | acc | compression | backend | predicted samples/s (interval) | measured (min-max, runs) "
+        "| error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data:
+        m = f"{r['measured']:.1f} ({r['min']:.1f}-{r['max']:.1f}, {r['runs']})" if r["measured"] else "—"
+        e = f"{100 * r['error']:+.1f} %" if r["error"] is not None else "—"
+        lines.append(
+            f"| {r['task']} | {r['rate']} | {r['accumulate']} | {r['compression']} | {r['backend']} | "
+            f"{r['predicted']:.1f} ({r['lo']:.1f}-{r['hi']:.1f}) | {m} | {e} |"
+        )
+    return lines + [""]
+
+
+COMMBENCH_SECTION = "## Measured: busbw against message size on per-node links"
+
+
+def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
+    """busbw per library and size at each rate, the fits, and how close the largest message came to the link."""
+    from distbench.launching import link
+    from distbench.scaling import commbench as cb
+
+    lines = [
+        COMMBENCH_SECTION,
+        "",
+        f"Produced by `python -m benchmarks.projection commbench` (each rate: `run.py commbench --backends {BACKENDS} "
+        "--nodes 2 --nprocs 1 --link-rate RATE --link-mode per-node --repeats 10 --rounds 2 --out "
+        f"docs/results/projection/commbench/RATE`) on {machine()}; this section by `python -m benchmarks.projection "
+        "commbench-doc`. Medians over 20 repeats (10 per launch, 2 launches alternating the order); MB/s are 10^6 "
+        "bytes/s. The plots: docs/results/projection/commbench/RATE/busbw.png.",
+        "",
+    ]
+    fits_rows, limit_rows = [], []
+    for rate in rates:
+        out = OUT / "commbench" / rate
+        rows = cb.summarize([json.loads(line) for line in (out / cb.RECORDS).read_text().splitlines()])
+        fitted = json.loads((out / cb.FIT).read_text())
+        names = sorted({r["backend"] for r in rows})
+        sizes = sorted({r["size_bytes"] for r in rows})
+        by = {(r["backend"], r["size_bytes"]): r for r in rows}
+        lines += [
+            f"### {rate if rate != 'none' else 'unshaped'}",
+            "",
+            f"![busbw at {rate}](results/projection/commbench/{rate}/busbw.png)",
+            "",
+            "| size | " + " | ".join(f"{b} busbw MB/s (CPU ms)" for b in names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for size in sizes:
+            cells = [f"{by[b, size]['busbw_Bps'] / 1e6:.1f} ({by[b, size]['cpu_s'] * 1e3:.2f})" for b in names]
+            lines.append(f"| {cb._size(size)} | " + " | ".join(cells) + " |")
+        lines.append("")
+        bits = link.parse_rate(rate)
+        for b in names:
+            f = fitted[b]
+            fits_rows.append(
+                f"| {rate} | {b} | {f['alpha_s'] * 1e3:.3f} | {f['bus_bandwidth_Bps'] / 1e6:.1f} | "
+                f"{f['cpu_alpha_s'] * 1e3:.3f} | {f['cpu_beta_s_per_byte'] * 1e9:.3f} |"
+            )
+            if bits:
+                top = by[b, sizes[-1]]["busbw_Bps"]
+                limit_rows.append(f"| {rate} | {b} | {bits / 8e6:.1f} | {top / 1e6:.1f} | {top / (bits / 8):.2f} |")
+    lines += [
+        "### Fitted latency and bandwidth",
+        "",
+        "| link | backend | alpha ms | bus bandwidth MB/s (2(n-1)/(n beta)) | CPU alpha ms | CPU beta ns/B |",
+        "|---|---|---|---|---|---|",
+        *fits_rows,
+        "",
+        f"### The largest message ({cb._size(sizes[-1])}) against the link",
+        "",
+        "| link | backend | link MB/s | busbw MB/s | busbw / link |",
+        "|---|---|---|---|---|",
+        *limit_rows,
+        "",
+    ]
+    return lines
+
+
+@app.command("commbench-doc")
+def commbench_doc(out: Annotated[Path, typer.Option()] = ROOT / "docs" / "commbench.md") -> None:
+    lines = commbench_lines()
+    write_section(out, COMMBENCH_SECTION, lines)
+    print("\n".join(lines))
+
+
+@app.command()
+def table(out: Annotated[Path, typer.Option()] = ROOT / "docs" / "projection.md") -> None:
+    data = rows()
+    (OUT / "validation.json").write_text(json.dumps(data, indent=1) + "\n")
+    lines = table_lines(data)
+    write_section(out, SECTION, lines)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    app()

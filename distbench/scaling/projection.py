@@ -1,0 +1,496 @@
+"""`run.py project`: a library's step time at a planned scale, from what one machine measured (docs/projection.md).
+
+Three measurements go in, each where it is measured best:
+
+- the computation, from a compare sweep's `single` x1 runs: the step's phases (data, forward+backward, optimizer)
+  at the sweep's global batch, per run (`Reference`);
+- the shape of backward, from the task's own model on this machine (`Profile`): when each gradient is ready, as a
+  fraction of backward, forward's share of forward+backward, and how forward+backward scales from the sweep's batch
+  to a process's micro-batch;
+- the link, from commbench's fit of each library's own all-reduce (`Link`): t(S) = alpha + beta S at the world size
+  it was measured at, carried to other world sizes as a ring all-reduce; or the link's nominal rate.
+
+Each library's step is then a timeline (`ddp_step`, `horovod_step`): gradients become ready during the last
+micro-batch's backward, are grouped as the library groups them (DDP's buckets, by torch's own assignment; Horovod's
+fusion of what is ready at each cycle) and all-reduced one after another on the link; the step ends when both
+backward and the last all-reduce are done, then the optimizer runs. The interval comes from the measurements'
+spread: the prediction is repeated on bootstrap resamples of the reference runs and of commbench's repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from distbench.errors import UserError
+from distbench.launching import link
+from distbench.scaling import commbench as cb
+
+RESAMPLES = 200  # bootstrap resamples behind each interval
+HOROVOD_CYCLE_S = 1e-3  # Horovod >= 0.21: HOROVOD_CYCLE_TIME's default (1 ms)
+HOROVOD_FUSION_BYTES = 128 * 2**20  # Horovod >= 0.21: HOROVOD_FUSION_THRESHOLD's default (128 MB)
+COMPRESSED_FRACTION = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}  # bytes on the link per gradient byte
+
+
+# ---------------------------------------------------------------------------------------------------- the inputs
+
+
+@dataclass(frozen=True)
+class Phases:
+    """One step's computation, ms: data loading, forward+backward, optimizer."""
+
+    data: float
+    forward_backward: float
+    optimizer: float
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The sweep's `single` x1 runs of one task and global batch: the computation of a step, run by run."""
+
+    task: str
+    batch_size: int
+    threads: int
+    device: str  # the reference's device type: cpu or cuda
+    config: dict  # the run's options (RunConfig.to_dict), to build the same task
+    runs: list[Phases]
+    samples_per_sec: list[float]
+
+    @classmethod
+    def load(cls, sweep_dir: Path) -> Reference:
+        from distbench.sweep import report
+
+        if not (sweep_dir / "results.jsonl").is_file():
+            raise UserError(f"{sweep_dir}: not a compare folder (no results.jsonl)")
+        recs = [r for r in report.load([sweep_dir]).records if _is_reference(r)]
+        if not recs:
+            raise UserError(
+                f"{sweep_dir}: no successful `single` x1 run (accumulate 1, no compression, unshaped) to take the "
+                "computation from; run compare with --backends single,... --nprocs 1"
+            )
+        shapes = {(r["task"], r["global_batch_size"], r["environment"]["threads_per_process"]) for r in recs}
+        if len(shapes) > 1:
+            raise UserError(f"{sweep_dir}: `single` x1 runs of several tasks, batches or threads: {sorted(shapes)}")
+        (task, batch, threads) = shapes.pop()
+        runs = [
+            Phases(*(r["step_breakdown_ms"][k] for k in ("data_ms", "forward_backward_ms", "optimizer_ms")))
+            for r in recs
+        ]
+        device = str(recs[0]["environment"]["device"]).split(":")[0]
+        return cls(task, batch, threads, device, recs[0]["config"], runs, [r["samples_per_sec"] for r in recs])
+
+
+def _is_reference(r: dict) -> bool:
+    return (
+        r["status"] == "ok"
+        and r["backend"] == "single"
+        and r["world_size"] == 1
+        and r.get("accumulate", 1) == 1
+        and r.get("grad_compression", "none") == "none"
+        and (r.get("link_rate") or link.UNSHAPED) == link.UNSHAPED
+    )
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The task's backward as measured on this machine: gradient bytes in the order they become ready, when each is
+    ready (a fraction of backward), forward's share of forward+backward, and forward+backward at the micro-batch
+    over forward+backward at the reference batch."""
+
+    grad_bytes: list[int]  # per parameter, in ready order
+    ready: list[float]  # per parameter, in ready order: (ready - backward start) / backward
+    forward_share: float
+    micro_over_reference: float
+    micro_batch: int  # the batch forward+backward was measured at (against the reference's)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.grad_bytes)
+
+    def to_dict(self) -> dict:
+        return {
+            "grad_bytes": self.grad_bytes,
+            "ready": self.ready,
+            "forward_share": self.forward_share,
+            "micro_over_reference": self.micro_over_reference,
+            "micro_batch": self.micro_batch,
+        }
+
+    @classmethod
+    def read(cls, path: Path) -> Profile:
+        """A profile a previous `project` wrote (OUTPUT.profile.json): the same prediction without measuring."""
+        try:
+            d = json.loads(path.read_text())
+            profile = cls(
+                list(d["grad_bytes"]),
+                list(d["ready"]),
+                float(d["forward_share"]),
+                float(d["micro_over_reference"]),
+                int(d["micro_batch"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise UserError(f"--profile {path}: not a profile written by run.py project ({type(e).__name__})") from e
+        if len(profile.grad_bytes) != len(profile.ready) or not profile.grad_bytes:
+            raise UserError(f"--profile {path}: its gradient sizes and ready times do not match")
+        return profile
+
+
+def profile_path(output: Path) -> Path:
+    """Where `project` keeps the profile it measured, beside its output."""
+    return output.with_name(output.stem + ".profile.json")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One library's all-reduce on the link: t(S) = alpha + beta S at `world` ranks (commbench), or at the link's
+    nominal rate with no latency."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+    world: int
+    source: str
+    cpu_alpha_s: float = 0.0  # the CPU time an all-reduce costs a rank, fitted alike (0: not measured)
+    cpu_beta_s_per_byte: float = 0.0
+
+    def allreduce_s(self, nbytes: float, world: int) -> float:
+        """A ring all-reduce of nbytes at `world` ranks: 2(W-1) latency steps and 2(W-1)/W of the bytes on each
+        link, scaled from the world size the fit was measured at."""
+        return _ring(self.alpha_s, self.beta_s_per_byte, self.world, nbytes, world)
+
+    def cpu_s(self, nbytes: float, world: int) -> float:
+        """The CPU time the same all-reduce costs each rank (its share of the copies and the reduction: the same
+        ring scaling)."""
+        return _ring(self.cpu_alpha_s, self.cpu_beta_s_per_byte, self.world, nbytes, world)
+
+    @classmethod
+    def nominal(cls, rate: str) -> Link:
+        bits = link.parse_rate(rate)
+        if bits is None:
+            raise UserError("--link-rate none has no nominal rate: give --commbench DIR measured on that link")
+        # a ring moves 2(n-1)/n S over each link: beta is the time per message byte at n = 2 (one byte per byte)
+        return cls(0.0, 8 / bits, 2, f"nominal {rate}, no latency (no --commbench)")
+
+
+def _ring(alpha: float, beta: float, measured_world: int, nbytes: float, world: int) -> float:
+    if world <= 1:
+        return 0.0
+    measured = 2 * (measured_world - 1) / measured_world
+    return alpha * (world - 1) / max(1, measured_world - 1) + beta * nbytes * (2 * (world - 1) / world) / measured
+
+
+def load_links(commbench_dir: Path, rate: str | None) -> tuple[str, dict[str, list[dict]]]:
+    """The link commbench measured and its records per backend, checked against the planned link."""
+    path = commbench_dir / cb.RECORDS
+    if not path.is_file():
+        raise UserError(f"--commbench {commbench_dir}: no {cb.RECORDS} (a `run.py commbench --out` folder)")
+    from distbench.training.reporter import read_jsonl
+
+    recs = read_jsonl(path).records
+    measured = {r.get("link_rate") or link.UNSHAPED for r in recs}
+    if not recs or len(measured) > 1 or (rate is not None and measured != {rate}):
+        said = "/".join(sorted(measured)) or "nothing readable"
+        raise UserError(f"--commbench {commbench_dir} holds {said}, not one link{f' of {rate}' if rate else ''}")
+    out: dict[str, list[dict]] = {}
+    for r in recs:
+        out.setdefault(r["backend"], []).append(r)
+    return measured.pop(), out
+
+
+def fit_link(recs: list[dict], source: str) -> Link:
+    """The fit of one library's records: per size, the median time (as commbench's summary)."""
+    sizes = sorted({r["size_bytes"] for r in recs})
+    medians = [statistics.median(r["time_s"] for r in recs if r["size_bytes"] == s) for s in sizes]
+    f = cb.fit(sizes, medians)
+    if not all("cpu_s" in r for r in recs):  # a commbench from before CPU time was recorded
+        return Link(f.alpha_s, f.beta_s_per_byte, recs[0]["world_size"], source)
+    cpu = [max(1e-9, statistics.median(r["cpu_s"] for r in recs if r["size_bytes"] == s)) for s in sizes]
+    c = cb.fit(sizes, cpu)
+    return Link(f.alpha_s, f.beta_s_per_byte, recs[0]["world_size"], source, c.alpha_s, c.beta_s_per_byte)
+
+
+# ------------------------------------------------------------------------------------------------ measuring backward
+
+
+def measure_profile(ref: Reference, micro_batch: int, repeats: int = 5) -> Profile:
+    """Forward and backward of the task's model at the micro-batch and at the reference batch, on this machine with
+    the reference's threads: when each gradient is ready (post-accumulate-grad hooks) and how long each part takes."""
+    import torch
+
+    from distbench.config import RunConfig
+    from distbench.tasks import build_task, load_datasets
+
+    torch.set_num_threads(ref.threads)
+    cfg = RunConfig(**{k: v for k, v in ref.config.items() if k in RunConfig.__dataclass_fields__})
+    task = build_task(cfg)
+    torch.manual_seed(cfg.seed)
+    model = task.build_model()
+    train = load_datasets(task)[0]
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def batch(n: int):
+        return task.collate([train[i % len(train)] for i in range(n)])
+
+    def one_pass(b) -> tuple[float, float, list[float]]:
+        ready = [0.0] * len(params)
+        hooks = [
+            p.register_post_accumulate_grad_hook(lambda _p, i=i: ready.__setitem__(i, time.perf_counter()))
+            for i, p in enumerate(params)
+        ]
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        loss = task.step(model, b)
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        for h in hooks:
+            h.remove()
+        return t1 - t0, t2 - t1, [(r - t1) / (t2 - t1) for r in ready]
+
+    model.train()
+    micro, full = batch(micro_batch), batch(ref.batch_size)
+    for b in (micro, full):  # warm-up
+        one_pass(b)
+    passes = [one_pass(micro) for _ in range(repeats)]
+    full_s = statistics.median(sum(one_pass(full)[:2]) for _ in range(repeats))
+    fwd, bwd = statistics.median(p[0] for p in passes), statistics.median(p[1] for p in passes)
+    ready = [statistics.median(p[2][i] for p in passes) for i in range(len(params))]
+    order = sorted(range(len(params)), key=lambda i: ready[i])
+    return Profile(
+        grad_bytes=[params[i].numel() * params[i].element_size() for i in order],
+        ready=[min(1.0, max(0.0, ready[i])) for i in order],
+        forward_share=fwd / (fwd + bwd),
+        micro_over_reference=(fwd + bwd) / full_s,
+        micro_batch=micro_batch,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ the models
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The scale a projection is for."""
+
+    nodes: int
+    nprocs: int
+    batch_size: int  # global
+    accumulate: int
+    compression: str
+    cores_shared: bool = False  # CPU training: the processes' computation and their all-reduces share the cores
+
+    @property
+    def world(self) -> int:
+        return self.nodes * self.nprocs
+
+    @property
+    def micro_batch(self) -> int:
+        return self.batch_size // (self.world * self.accumulate)
+
+
+@dataclass(frozen=True)
+class Computation:
+    """One process's step without communication, s: `accumulate` micro-batches of data and forward+backward, one
+    optimizer step; backward of the last micro-batch starts at `backward_start` and lasts `backward`."""
+
+    data: float
+    forward: float
+    backward: float
+    optimizer: float
+    accumulate: int
+
+    @classmethod
+    def of(cls, phases: Phases, profile: Profile, ref_batch: int, plan: Plan) -> Computation:
+        fb = phases.forward_backward / 1e3 * profile.micro_over_reference
+        data = phases.data / 1e3 * plan.micro_batch / ref_batch
+        return cls(
+            data, fb * profile.forward_share, fb * (1 - profile.forward_share), phases.optimizer / 1e3, plan.accumulate
+        )
+
+    @property
+    def backward_start(self) -> float:
+        """From the step's start: every micro-batch's data, the first K-1 forward+backward, the last forward."""
+        return self.accumulate * self.data + (self.accumulate - 1) * (self.forward + self.backward) + self.forward
+
+    def step_s(self, communication_end: float, communication_cpu: float = 0.0) -> float:
+        """The step: until backward and the last all-reduce are both done, then the optimizer. On a node whose cores
+        all compute (CPU training), the CPU time of the all-reduces (`communication_cpu`) is taken from backward's:
+        backward cannot end before its own time plus theirs."""
+        backward_end = self.backward_start + self.backward + communication_cpu
+        return max(backward_end, communication_end) + self.optimizer
+
+
+def serial(ready_and_bytes: list[tuple[float, float]], link_: Link, world: int, start_cost: float = 0.0) -> float:
+    """All-reduces on one link, one after another, each starting when its data is ready and the link is free (plus
+    `start_cost` each): when the last one ends."""
+    free = 0.0
+    for ready, nbytes in ready_and_bytes:
+        free = max(free, ready) + start_cost + link_.allreduce_s(nbytes, world)
+    return free
+
+
+def ddp_buckets(profile: Profile, cap_mb: float) -> list[list[int]]:
+    """DDP's rebuilt buckets (after the first step, in the order gradients became ready): torch's own assignment,
+    the first bucket capped at 1 MB, the others at bucket_cap_mb."""
+    import torch
+    import torch.distributed as dist
+
+    fake = [torch.empty(n // 4) for n in profile.grad_bytes]  # float32 gradients: the sizes are what matter
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(cap_mb * 2**20)]
+    return dist._compute_bucket_assignment_by_size(fake, limits, [False] * len(fake))[0]
+
+
+def ddp_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:
+    """DDP (and Accelerate, which is DDP underneath): under no_sync the first K-1 micro-batches only accumulate; in
+    the last one's backward each bucket is all-reduced as soon as its last gradient is ready (DDP's reducer), in
+    bucket order; a comm hook's compression sends fewer bytes."""
+    shrink = COMPRESSED_FRACTION[plan.compression]
+    jobs = []
+    for bucket in ddp_buckets(profile, cap_mb):
+        ready = comp.backward_start + comp.backward * max(profile.ready[i] for i in bucket)
+        jobs.append((ready, shrink * sum(profile.grad_bytes[i] for i in bucket)))
+    cpu = sum(link_.cpu_s(nbytes, plan.world) for _, nbytes in jobs) if plan.cores_shared else 0.0
+    return comp.step_s(serial(jobs, link_, plan.world), cpu)
+
+
+def horovod_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> float:
+    """Horovod: with backward_passes_per_step=K the hooks all-reduce after the K-th backward only; its background
+    thread wakes every cycle, negotiates what is ready (the response cache makes that a small all-reduce of a bit
+    vector and one of flags: two latencies) and all-reduces it fused, up to the fusion threshold per all-reduce."""
+    shrink = COMPRESSED_FRACTION[plan.compression]
+    ready = [comp.backward_start + comp.backward * r for r in profile.ready]
+    negotiate = 2 * link_.allreduce_s(0, plan.world)
+    clock, cpu, i, n = 0.0, 0.0, 0, len(ready)
+    while i < n:
+        clock = max(clock, HOROVOD_CYCLE_S * -(-ready[i] // HOROVOD_CYCLE_S))  # the next cycle with work
+        fused = []
+        while i < n and ready[i] <= clock:
+            fused.append(shrink * profile.grad_bytes[i])
+            i += 1
+        clock += negotiate
+        cpu += 2 * link_.cpu_s(0, plan.world)
+        for chunk in _fusion_chunks(fused):
+            clock += link_.allreduce_s(chunk, plan.world)
+            cpu += link_.cpu_s(chunk, plan.world)
+    return comp.step_s(clock, cpu if plan.cores_shared else 0.0)
+
+
+def _fusion_chunks(sizes: list[float]) -> list[float]:
+    chunks, current = [], 0.0
+    for s in sizes:
+        if current and current + s > HOROVOD_FUSION_BYTES:
+            chunks.append(current)
+            current = 0.0
+        current += s
+    return [*chunks, current] if current else chunks
+
+
+MODELS = {"ddp": "ddp", "accelerate": "ddp", "horovod": "horovod"}  # the timeline each library follows
+# whose all-reduce carries each library's gradients: Accelerate's go through the DDP it wraps the model in
+# (torch.distributed.all_reduce), not through accelerator.reduce, which commbench also times
+GRADIENT_ALLREDUCE = {"ddp": "ddp", "accelerate": "ddp", "horovod": "horovod"}
+
+
+def step_s(backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:
+    if MODELS[backend] == "horovod":
+        return horovod_step(comp, profile, link_, plan)
+    return ddp_step(comp, profile, link_, plan, cap_mb)
+
+
+# ------------------------------------------------------------------------------------------------ the prediction
+
+
+@dataclass(frozen=True)
+class Projection:
+    ref: Reference
+    profile: Profile
+    plan: Plan
+    links: dict[str, list[dict]] | None  # commbench's records per backend; None: the nominal link
+    rate: str | None
+    cap_mb: float
+
+    def measured_as(self, backend: str) -> str:
+        """The commbench backend whose all-reduce carries this library's gradients (its own if that is missing)."""
+        carrier = GRADIENT_ALLREDUCE[backend]
+        return carrier if self.links is not None and carrier in self.links else backend
+
+    def link_for(self, backend: str, recs: list[dict] | None = None) -> Link:
+        if self.links is None:
+            return Link.nominal(self.rate)
+        carrier = self.measured_as(backend)
+        return fit_link(recs if recs is not None else self.links[carrier], f"commbench fit of {carrier}")
+
+    def one(self, backend: str, phases: Phases, link_: Link) -> float:
+        comp = Computation.of(phases, self.profile, self.ref.batch_size, self.plan)
+        return step_s(backend, comp, self.profile, link_, self.plan, self.cap_mb)
+
+    def predict(self, backend: str, seed: int = 0) -> dict:
+        median_phases = Phases(
+            *(statistics.median(getattr(p, f) for p in self.ref.runs) for f in Phases.__dataclass_fields__)
+        )
+        link_ = self.link_for(backend)
+        step = self.one(backend, median_phases, link_)
+        rng = random.Random(seed)
+        boot = sorted(
+            self.one(backend, self._resampled_phases(rng), self._resampled_link(backend, rng)) for _ in range(RESAMPLES)
+        )
+        lo_step, hi_step = boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
+        single = statistics.median(self.ref.samples_per_sec)
+        sps = self.plan.batch_size / step
+        return {
+            "backend": backend,
+            "nodes": self.plan.nodes,
+            "nprocs": self.plan.nprocs,
+            "world_size": self.plan.world,
+            "global_batch_size": self.plan.batch_size,
+            "micro_batch_size": self.plan.micro_batch,
+            "accumulate": self.plan.accumulate,
+            "grad_compression": self.plan.compression,
+            "link_rate": self.rate,
+            "link": link_.source,
+            "step_ms": step * 1e3,
+            "samples_per_sec": sps,
+            "samples_per_sec_lo": self.plan.batch_size / hi_step,
+            "samples_per_sec_hi": self.plan.batch_size / lo_step,
+            # strong scaling: the same global batch on one process (the reference) and on world_size processes
+            "scaling_efficiency": sps / (self.plan.world * single),
+            "reference_samples_per_sec": single,
+        }
+
+    def _resampled_phases(self, rng: random.Random) -> Phases:
+        runs = [rng.choice(self.ref.runs) for _ in self.ref.runs]
+        return Phases(*(statistics.median(getattr(p, f) for p in runs) for f in Phases.__dataclass_fields__))
+
+    def _resampled_link(self, backend: str, rng: random.Random) -> Link:
+        if self.links is None:
+            return Link.nominal(self.rate)
+        by_size: dict[int, list[dict]] = {}
+        for r in self.links[self.measured_as(backend)]:
+            by_size.setdefault(r["size_bytes"], []).append(r)
+        recs = [rng.choice(group) for group in by_size.values() for _ in group]
+        return self.link_for(backend, recs)
+
+
+def write(rows: list[dict], profile: Profile, output: Path) -> None:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
+    profile_path(output).write_text(json.dumps(profile.to_dict()) + "\n")
+
+
+def table(rows: list[dict]) -> str:
+    head = "| backend | nodes x procs | link | step ms | samples/s (95 % interval) | scaling efficiency |"
+    lines = [head, "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['backend']} | {r['nodes']} x {r['nprocs']} | {r['link']} | {r['step_ms']:.1f} | "
+            f"{r['samples_per_sec']:.1f} ({r['samples_per_sec_lo']:.1f}-{r['samples_per_sec_hi']:.1f}) | "
+            f"{r['scaling_efficiency']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def with_plan(projection: Projection, **changes) -> Projection:
+    return replace(projection, plan=replace(projection.plan, **changes))

@@ -1,0 +1,98 @@
+"""`run.py project` and `run.py commbench` as typed: the documented worked example, and bad input."""
+
+import json
+
+import pytest
+
+from tests.helpers import ROOT, assert_one_line_error, run_py
+
+FIX = ROOT / "tests" / "fixtures" / "projection"
+EXAMPLE = [
+    "project",
+    str(FIX / "sweep"),
+    "--commbench",
+    str(FIX / "commbench"),
+    "--link-rate",
+    "100mbit",
+    "--profile",
+    str(FIX / "profile.json"),
+]
+
+
+def test_project_on_a_recorded_sweep_gives_the_documented_numbers(tmp_path):
+    """The worked example of docs/projection.md: the same command prints the same table, row for row."""
+    out = tmp_path / "p.json"
+    proc = run_py([*EXAMPLE, "--output", str(out)], tmp_path, expect_rc=0)
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "2 x 1" in line]
+    assert len(rows) == 3
+    doc = (ROOT / "docs" / "projection.md").read_text()
+    for row in rows:
+        assert row in doc, f"docs/projection.md lacks: {row}"
+    predicted = {p["backend"]: p for p in json.loads(out.read_text())}
+    assert set(predicted) == {"ddp", "accelerate", "horovod"}
+    for p in predicted.values():
+        assert p["samples_per_sec_lo"] <= p["samples_per_sec"] <= p["samples_per_sec_hi"]
+        assert p["step_ms"] == pytest.approx(64 / p["samples_per_sec"] * 1e3)
+        assert 0 < p["scaling_efficiency"] < 1
+    assert predicted["accelerate"]["samples_per_sec"] == predicted["ddp"]["samples_per_sec"]  # DDP's all-reduce
+    assert (tmp_path / "p.profile.json").is_file()
+
+
+def test_more_nodes_on_the_same_link_predict_more_time_on_it(tmp_path):
+    """A ring all-reduce moves 2(n-1)/n of the gradients over each link: more at 4 nodes than at 2."""
+    step = {}
+    for nodes in (2, 4):
+        out = tmp_path / f"{nodes}.json"
+        profile = tmp_path / "profile.json"
+        raw = json.loads((FIX / "profile.json").read_text())
+        profile.write_text(json.dumps({**raw, "micro_batch": 64 // nodes}))
+        args = [*EXAMPLE[:-1], str(profile), "--nodes", str(nodes), "--output", str(out)]
+        run_py(args, tmp_path, expect_rc=0)
+        step[nodes] = {p["backend"]: p["step_ms"] for p in json.loads(out.read_text())}
+    assert all(step[4][b] > step[2][b] for b in step[2])
+
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["project", "/no/such/sweep", "--link-rate", "100mbit"], "not a compare folder"),
+        (["project", str(FIX / "commbench"), "--link-rate", "100mbit"], "not a compare folder"),
+        (["project", str(FIX / "sweep"), "--link-rate", "10parsecs"], "is not a rate"),
+        (["project", str(FIX / "sweep"), "--link-rate", "none"], "no nominal rate"),
+        (["project", str(FIX / "sweep")], "give --link-rate"),
+        (["project", str(FIX / "sweep"), "--commbench", str(FIX / "sweep"), "--link-rate", "1gbit"], "no commbench"),
+        (
+            ["project", str(FIX / "sweep"), "--commbench", str(FIX / "commbench"), "--link-rate", "1gbit"],
+            "not one link",
+        ),
+        (["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--nodes", "3"], "does not split"),
+        (["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--grad-compression", "zip"], "--grad-compression"),
+        (["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "single"], "--backends"),
+        ([*EXAMPLE, "--nodes", "4"], "measured at micro-batch 32"),
+        (
+            ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--profile", str(FIX / "sweep" / "results.jsonl")],
+            "not a profile",
+        ),
+        (["commbench", "--link-mode", "mesh"], "--link-mode"),
+        (["commbench", "--backends", "single"], "--backends"),
+        (["commbench", "--link-rate", "fast"], "is not a rate"),
+        (["commbench", "--nodes", "1", "--nprocs", "1"], "at least 2 processes"),
+    ],
+)
+def test_bad_scaling_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+    if args[0] == "commbench":
+        args = [*args, "--out", str(tmp_path / "cb")]
+    elif "--output" not in args:
+        args = [*args, "--output", str(tmp_path / "p.json")]
+    assert_one_line_error(run_py(args, tmp_path), fragment)
+    assert not (tmp_path / "p.json").exists() and not (tmp_path / "cb").exists()
+
+
+def test_a_sweep_without_single_runs_is_refused(tmp_path):
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    lines = (FIX / "sweep" / "results.jsonl").read_text().splitlines()
+    ddp = [json.dumps({**json.loads(line), "backend": "ddp", "world_size": 2}) for line in lines]
+    (sweep / "results.jsonl").write_text("\n".join(ddp) + "\n")
+    proc = run_py(["project", str(sweep), "--link-rate", "1gbit", "--output", str(tmp_path / "p.json")], tmp_path)
+    assert_one_line_error(proc, "no successful `single` x1 run")

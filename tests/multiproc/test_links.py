@@ -1,0 +1,101 @@
+"""Per-node links (distbench/launching/netns.py) for real: full duplex at their rate, every library across them, and
+nothing left behind."""
+
+import csv
+import json
+import os
+import signal
+import statistics
+import subprocess
+import time
+
+import pytest
+
+from distbench.backends import DISTRIBUTED
+from distbench.launching import netns
+from distbench.training import fairness
+from tests.helpers import ROOT, child_env, py, run_in
+
+
+def node_namespaces() -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    return [name for name in listed if name.startswith("dbn-")]
+
+
+@pytest.mark.timeout(200)
+def test_a_per_node_link_carries_its_rate_each_way_at_once(tmp_path):
+    """4 MB from node 0 to node 1 takes at least 4 MB / 100 Mbit/s less one token bucket (10 ms); 4 MB each way at
+    the same time takes about as long as one alone (a hub, one queue for both, would take twice as long)."""
+    proc = run_in(tmp_path, py("-m benchmarks.linkcheck duplex --rate 100mbit --mb 4 --repeats 3"), timeout=180)
+    row = json.loads(proc.stdout.strip().splitlines()[0])
+    alone, both = statistics.median(row["alone_s"]), statistics.median(row["both_s"])
+    print(f"floor {row['floor_s']:.3f} s, one way {alone:.3f} s, both ways {both:.3f} s")
+    assert alone >= row["floor_s"] - 0.01
+    assert both / alone < 1.4
+    assert not node_namespaces()
+
+
+@pytest.mark.timeout(400)
+def test_commbench_times_every_library_across_per_node_links(tmp_path):
+    out = tmp_path / "cb"
+    cmd = py(
+        "run.py commbench --nodes 2 --nprocs 1 --link-rate 100mbit --link-mode per-node --repeats 2 "
+        "--sizes 65536,4194304 --out",
+        out,
+    )
+    run_in(tmp_path, cmd, timeout=380)
+    recs = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
+    assert sorted({r["backend"] for r in recs}) == sorted(DISTRIBUTED)
+    assert len(recs) == len(DISTRIBUTED) * 2 * 2 and {r["link_mode"] for r in recs} == {"per-node"}
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    for r in rows:
+        if int(r["size_bytes"]) == 4194304:  # a 4 MiB ring all-reduce at 2 ranks: 4 MiB over each link
+            print(r["backend"], float(r["busbw_Bps"]) / 1e6, "MB/s")
+            assert 0.6 * 12.5e6 < float(r["busbw_Bps"]) < 1.05 * 12.5e6
+    fit = json.loads((out / "fit.json").read_text())
+    assert set(fit) == set(DISTRIBUTED) and all(f["beta_s_per_byte"] > 0 for f in fit.values())
+    assert (out / "commbench.md").is_file() and (out / "busbw.png").is_file()
+    assert not node_namespaces()
+
+
+@pytest.mark.timeout(400)
+def test_compare_trains_every_library_on_per_node_links(tmp_path):
+    out = tmp_path / "sweep"
+    cmd = py(
+        "run.py compare --backends ddp,accelerate,horovod --nodes 2 --nprocs 1 --link-mode per-node "
+        "--link-rate 1gbit --max-steps 8 --dropout 0 --out",
+        out,
+    )
+    run_in(tmp_path, cmd, timeout=380)
+    everything = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    recs = [r for r in everything if r["backend"] in DISTRIBUTED]  # and compare's single-process reference
+    assert sorted(r["backend"] for r in recs) == sorted(DISTRIBUTED) and len(everything) == len(recs) + 1
+    for r in recs:
+        assert r["status"] == "ok", r.get("error")
+        assert (r["link_mode"], r["link_rate"], r["topology"]["nodes"]) == ("per-node", "1gbit", 2)
+    losses = [r["loss_history"] for r in recs]
+    tolerance = fairness.LOSS_TOLERANCE  # the same loss curve on per-node links as anywhere
+    assert all(abs(a - b) < tolerance for other in losses[1:] for a, b in zip(losses[0], other, strict=True))
+    assert not node_namespaces()
+
+
+@pytest.mark.timeout(200)
+def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(tmp_path):
+    """SIGKILL leaves a run no chance to clean up, and named namespaces outlive their process: the next run that
+    makes node namespaces removes those whose process is gone."""
+    cmd = py(
+        "run.py commbench --backends ddp --nodes 2 --nprocs 1 --link-rate 100mbit --link-mode per-node "
+        "--repeats 200 --sizes 4194304 --out",
+        tmp_path / "cb",
+    )
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(tmp_path), start_new_session=True)
+    mine = f"dbn-{proc.pid}-"
+    deadline = time.monotonic() + 90
+    while not any(n.startswith(mine) for n in node_namespaces()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert any(n.startswith(mine) for n in node_namespaces())  # left behind
+    run_in(tmp_path, py("-m benchmarks.linkcheck duplex --rate 100mbit --mb 0.5 --repeats 1"), timeout=120)
+    assert not node_namespaces()
+    assert not (netns.ETC_NETNS.exists() and any(p.name.startswith(mine) for p in netns.ETC_NETNS.iterdir()))

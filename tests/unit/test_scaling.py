@@ -1,0 +1,127 @@
+"""commbench's arithmetic and the projection's models, against values worked out by hand (docs/projection.md)."""
+
+import pytest
+
+from distbench.errors import UserError
+from distbench.scaling import commbench as cb
+from distbench.scaling import projection as pj
+
+MiB = 2**20
+
+
+def test_algbw_and_busbw_are_the_definitions_of_nccl_tests():
+    """algbw = S / t; busbw = algbw x 2(n-1)/n: 64 MiB in 0.5 s."""
+    assert cb.algbw(64 * MiB, 0.5) == 134_217_728.0
+    assert cb.busbw(64 * MiB, 0.5, 2) == 134_217_728.0  # x 1
+    assert cb.busbw(64 * MiB, 0.5, 4) == 201_326_592.0  # x 1.5
+    assert cb.busbw(64 * MiB, 0.5, 8) == 234_881_024.0  # x 1.75
+    assert cb.busbw(64 * MiB, 0.5, 1) == 0.0  # one rank moves nothing
+
+
+def test_the_fit_recovers_latency_and_bandwidth():
+    sizes = list(cb.DEFAULT_SIZES)
+    fit = cb.fit(sizes, [2e-3 + 8e-9 * s for s in sizes])
+    assert fit.alpha_s == pytest.approx(2e-3) and fit.beta_s_per_byte == pytest.approx(8e-9)
+    assert fit.bus_bandwidth(2) == pytest.approx(125e6)  # 2(n-1)/(n beta)
+    assert fit.bus_bandwidth(4) == pytest.approx(187.5e6)
+
+
+def test_a_summary_row_has_the_median_and_its_bandwidths():
+    recs = [
+        {
+            "backend": "ddp",
+            "size_bytes": 4 * MiB,
+            "world_size": 2,
+            "nodes": 2,
+            "link_rate": "100mbit",
+            "link_mode": "per-node",
+            "time_s": t,
+        }
+        for t in (0.40, 0.30, 0.35)
+    ]
+    (row,) = cb.summarize(recs)
+    assert row["time_s"] == 0.35 and row["repeats"] == 3
+    assert row["algbw_Bps"] == row["busbw_Bps"] == pytest.approx(4 * MiB / 0.35)
+
+
+def test_a_ring_all_reduce_is_carried_from_the_measured_world_size():
+    """Measured at 2 ranks: t = 1 ms + 10 ns/B. At 4 ranks: 3x the latency steps, 1.5x the bytes per link."""
+    link = pj.Link(1e-3, 1e-8, 2, "test")
+    assert link.allreduce_s(1e6, 2) == pytest.approx(1e-3 + 1e-2)
+    assert link.allreduce_s(1e6, 4) == pytest.approx(3e-3 + 1.5e-2)
+    assert link.allreduce_s(1e6, 1) == 0.0
+
+
+def test_a_nominal_link_moves_its_rate_and_has_no_latency():
+    link = pj.Link.nominal("100mbit")
+    assert link.allreduce_s(12.5e6, 2) == pytest.approx(1.0)  # 12.5 MB at 12.5 MB/s
+    assert link.allreduce_s(12.5e6, 4) == pytest.approx(1.5)
+    assert link.allreduce_s(0, 8) == 0.0
+    with pytest.raises(UserError, match="no nominal rate"):
+        pj.Link.nominal("none")
+
+
+# Three gradients, ready at a quarter, half and all of backward; 20 ms of forward+backward at the micro-batch
+# (40 ms at the reference batch x 0.5), a quarter of it forward: forward 5 ms, backward 15 ms; data 2 ms at batch
+# 64 -> 1 ms at 32; optimizer 4 ms. Backward starts at 1 + 5 = 6 ms. On 100 Mbit/s at 2 ranks a byte takes 80 ns.
+PROFILE = pj.Profile(
+    grad_bytes=[4_000_000, 400, 2_000_000],
+    ready=[0.25, 0.5, 1.0],
+    forward_share=0.25,
+    micro_over_reference=0.5,
+    micro_batch=32,
+)
+PHASES = pj.Phases(data=2.0, forward_backward=40.0, optimizer=4.0)
+PLAN = pj.Plan(nodes=2, nprocs=1, batch_size=64, accumulate=1, compression="none")
+
+
+def _computation(plan=PLAN):
+    return pj.Computation.of(PHASES, PROFILE, 64, plan)
+
+
+def test_the_computation_of_a_micro_batch():
+    comp = _computation()
+    assert (comp.data, comp.forward, comp.backward, comp.optimizer) == pytest.approx((1e-3, 5e-3, 15e-3, 4e-3))
+    assert comp.backward_start == pytest.approx(6e-3)
+    acc2 = _computation(pj.Plan(2, 1, 64, 2, "none"))  # 2 micro-batches: data twice, one whole forward+backward
+    assert acc2.backward_start == pytest.approx(2 * 0.5e-3 + 20e-3 + 5e-3)
+
+
+def test_ddp_all_reduces_each_bucket_when_its_last_gradient_is_ready():
+    """torch's assignment: the 4 MB gradient alone (over the 1 MB first bucket), then 400 B + 2 MB. Bucket 1 ready
+    at 6 + 15/4 = 9.75 ms, done at 9.75 + 320 = 329.75 ms; bucket 2 (ready at 21 ms) waits for the link, done at
+    329.75 + 160.032 = 489.782 ms; the optimizer's 4 ms after."""
+    assert pj.ddp_buckets(PROFILE, 1.0) == [[0], [1, 2]]
+    step = pj.ddp_step(_computation(), PROFILE, pj.Link.nominal("100mbit"), PLAN, cap_mb=1.0)
+    assert step == pytest.approx(0.493782)
+    half = pj.ddp_step(_computation(), PROFILE, pj.Link.nominal("100mbit"), pj.Plan(2, 1, 64, 1, "fp16"), 1.0)
+    assert half == pytest.approx(0.009750 + (0.160 + 0.080016) + 0.004)  # fp16: half the bytes on the link
+
+
+def test_horovod_fuses_what_is_ready_at_each_cycle():
+    """The first cycle after 9.75 ms (10 ms) takes the 4 MB gradient: done at 330 ms; by then the other two are
+    ready and go fused: 160.032 ms more; with commbench's latency each cycle also pays two for negotiation."""
+    step = pj.horovod_step(_computation(), PROFILE, pj.Link.nominal("100mbit"), PLAN)
+    assert step == pytest.approx(0.494032)
+    slow = pj.Link(1e-3, 8e-8, 2, "test")  # the same bandwidth, 1 ms latency
+    assert pj.horovod_step(_computation(), PROFILE, slow, PLAN) == pytest.approx(0.494032 + 2 * (2e-3 + 1e-3))
+
+
+def test_a_step_is_never_shorter_than_its_computation():
+    fast = pj.Link(0.0, 1e-15, 2, "test")
+    comp = _computation()
+    for step in (pj.ddp_step(comp, PROFILE, fast, PLAN, 1.0), pj.horovod_step(comp, PROFILE, fast, PLAN)):
+        assert step >= 1e-3 + 20e-3 + 4e-3
+
+
+def test_on_cpu_nodes_the_all_reduces_take_their_cpu_time_from_backward():
+    """A link fast enough to hide every transfer, but each all-reduce costs the rank 1 ms + 1 ns/B of CPU: on a CPU
+    node that time is not overlapped. Buckets of 4,000,000 and 2,000,400 bytes: 5 + 3.0004 ms after backward's
+    21 ms end, then the optimizer's 4 ms."""
+    link = pj.Link(0.0, 1e-12, 2, "test", cpu_alpha_s=1e-3, cpu_beta_s_per_byte=1e-9)
+    shared = pj.Plan(2, 1, 64, 1, "none", cores_shared=True)
+    assert pj.ddp_step(_computation(), PROFILE, link, shared, 1.0) == pytest.approx(0.0330004)
+    assert pj.ddp_step(_computation(), PROFILE, link, PLAN, 1.0) == pytest.approx(0.025, abs=1e-5)  # a GPU node
+    # Horovod: the link is free at each gradient's cycle (10, 14, 21 ms), so three all-reduces, not fused: 9.0004 ms
+    # of CPU, and each cycle's negotiation, two small all-reduces: 6 ms
+    assert pj.horovod_step(_computation(), PROFILE, link, shared) == pytest.approx(0.021 + 0.0090004 + 0.006 + 0.004)
