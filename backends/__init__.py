@@ -35,6 +35,7 @@ class BackendSpec:
     launchers: tuple[Launcher, ...]
     help: str
     distributed: bool = True  # False: one process, no exchange (the reference of speed-up and equivalence)
+    exchange: str = "all-reduce"  # how its gradients cross the ranks: all-reduce, or reduce-scatter (sharded)
 
     def program(self, args: list[str]) -> list[str]:
         return ["run.py", "--backend", self.name, *args]
@@ -90,6 +91,13 @@ REGISTRY: dict[str, BackendSpec] = {
             "HuggingFace Accelerate",
         ),
         BackendSpec(
+            "fsdp",
+            "distbench.backends.fsdp:FSDPBackend",
+            (TORCHRUN, BY_HAND, SRUN, PYTHON),
+            "PyTorch FSDP2 (fully_shard): parameters, gradients and optimizer state sharded",
+            exchange="reduce-scatter",
+        ),
+        BackendSpec(
             "horovod", "distbench.backends.horovod_backend:HorovodBackend", (HOROVODRUN, PYTHON), "Horovod (gloo)"
         ),
     )
@@ -97,6 +105,8 @@ REGISTRY: dict[str, BackendSpec] = {
 NAMES = tuple(REGISTRY)
 (REFERENCE,) = (name for name, spec in REGISTRY.items() if not spec.distributed)
 DISTRIBUTED = tuple(name for name, spec in REGISTRY.items() if spec.distributed)
+# the replicating libraries, whose gradient exchange is an all-reduce: what commbench times and project models
+ALL_REDUCING = tuple(name for name in DISTRIBUTED if REGISTRY[name].exchange == "all-reduce")
 
 
 def get_spec(name: str) -> BackendSpec:

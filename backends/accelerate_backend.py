@@ -95,7 +95,7 @@ class AccelerateBackend(Backend):
     # eval_loader is the base one: Accelerate's prepared loaders pad the last batch with duplicates
     # (even_batches), so the test set is sharded by distbench and the sums are all-reduced instead.
 
-    def prepare(self, model: nn.Module, optimizer, train_loader):
+    def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         # Accelerate: reads its DDP kwargs handler when it wraps the model, here
         self._ddp_kwargs.bucket_cap_mb = bucket_cap_mb(self.device, model)
         model, optimizer, train_loader = self.accelerator.prepare(model, optimizer, train_loader)
