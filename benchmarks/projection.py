@@ -6,6 +6,13 @@
     python -m benchmarks.projection measure     # the same cases with `run.py compare`
     python -m benchmarks.projection table       # predicted against measured, into docs/projection.md
 
+and then, the model revised after that table (a measured micro-batch instead of a scaled one, docs/projection.md):
+
+    python -m benchmarks.projection micro-reference  # `single` x1 runs at each planned micro-batch
+    python -m benchmarks.projection revised          # every case again, and the held-out sweep, before it is measured
+    python -m benchmarks.projection measure          # the held-out sweep (the others are measured already)
+    python -m benchmarks.projection table            # both tables
+
 Everything goes under docs/results/projection/ (commbench/RATE, TASK-reference, predictions/, TASK-SWEEP); each step
 is the commands a user types (`run.py commbench`, `compare`, `project`), so the validation is of the tool as used.
 Two simulated nodes x 1 process, one thread each, each node on its own core, per-node links (netns.py). The cases
@@ -57,12 +64,30 @@ TASK_ARGS = {
     "resnet18": ("--task", "synthetic-resnet", "--model", "resnet18", "--max-steps", "12"),
     "bert": ("--task", "bert-sentiment", "--data-dir", BERT_DATA, "--max-steps", "12"),
 }
+# the micro-batches of CASES (and HELDOUT's global batch) that `micro-reference` runs, `single` x1, per task
+MICRO_BATCHES = {"mnist": (32, 8, 128), "resnet18": (16,), "bert": (16,)}
+REVISED = OUT / "predictions-revised"
+REVISED_SECTION = "## Validation of the revised model: the same cases, and a held-out sweep predicted before measuring"
 CASES = (
     Sweep("mnist-links", TASK_ARGS["mnist"], RATES),
     Sweep("mnist-knobs", TASK_ARGS["mnist"], ("none", "100mbit"), (1, 4), ("none", "fp16"), repeats=3),
     Sweep("resnet18-links", TASK_ARGS["resnet18"], ("none", "100mbit"), repeats=3),
     Sweep("bert-links", TASK_ARGS["bert"], ("none", "1gbit"), repeats=3),
 )
+# after the revision: a global batch no case had (128: micro-batch 64 at x2)
+HELDOUT = Sweep("mnist-b128", (*TASK_ARGS["mnist"], "--batch-size", "128"), ("none", "1gbit", "200mbit"), repeats=3)
+
+
+def batch_of(sweep: Sweep) -> int:
+    args = list(sweep.task_args)
+    return int(args[args.index("--batch-size") + 1]) if "--batch-size" in args else DEFAULT_BATCH[sweep.task]
+
+
+DEFAULT_BATCH = {"mnist": 64, "resnet18": 32, "bert": 32}
+
+
+def reference_dirs(task: str) -> list[Path]:
+    return [OUT / f"{task}-reference", *(OUT / f"{task}-reference-b{b}" for b in MICRO_BATCHES[task])]
 
 
 def run(args: list[str]) -> None:
@@ -70,7 +95,9 @@ def run(args: list[str]) -> None:
     subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(), check=True)
 
 
-def prediction_path(sweep: Sweep, rate: str, acc: int, comp: str) -> Path:
+def prediction_path(sweep: Sweep, rate: str, acc: int, comp: str, revised: bool = False) -> Path:
+    if revised:
+        return REVISED / f"{sweep.name}-{rate}-acc{acc}-{comp}.json"
     return OUT / "predictions" / f"{sweep.task}-{rate}-acc{acc}-{comp}.json"
 
 
@@ -159,7 +186,8 @@ def predict() -> None:
 
 @app.command()
 def measure() -> None:
-    for sweep in CASES:
+    heldout = (HELDOUT,) if REVISED.exists() else ()  # measured only after `revised` predicted it
+    for sweep in (*CASES, *heldout):
         out = OUT / sweep.name
         if not (out / "report.md").exists():
             run(
@@ -203,13 +231,13 @@ def measured(sweep: Sweep) -> dict[tuple, list[float]]:
     return out
 
 
-def rows() -> list[dict]:
+def rows(sweeps: tuple[Sweep, ...] = CASES, revised: bool = False) -> list[dict]:
     """Every case: predicted and measured samples/s, and the error of the prediction."""
     out = []
-    for sweep in CASES:
+    for sweep in sweeps:
         got = measured(sweep)
         for rate, acc, comp in sweep.cases():
-            for p in json.loads(prediction_path(sweep, rate, acc, comp).read_text()):
+            for p in json.loads(prediction_path(sweep, rate, acc, comp, revised).read_text()):
                 runs = got.get((p["backend"], rate, acc, comp), [])
                 m = statistics.median(runs) if runs else None
                 err = (p["samples_per_sec"] - m) / m if m else None
@@ -217,6 +245,7 @@ def rows() -> list[dict]:
                     {
                         "task": sweep.task,
                         "sweep": sweep.name,
+                        "batch": batch_of(sweep),
                         "rate": rate,
                         "accumulate": acc,
                         "compression": comp,
@@ -234,31 +263,50 @@ def rows() -> list[dict]:
     return out
 
 
-def table_lines(data: list[dict]) -> list[str]:
+FIRST_SOURCE = (
+    "from the predictions in docs/results/projection/predictions/ (written by `... predict` before `... measure` ran "
+    "the sweeps)"
+)
+REVISED_SOURCE = (
+    "from the predictions in docs/results/projection/predictions-revised/ (written by `... revised` after the table "
+    "above; for the held-out sweep, batch 128, before `... measure` ran it)"
+)
+
+
+def table_lines(data: list[dict], section: str = SECTION, source: str = FIRST_SOURCE) -> list[str]:
     errors = [abs(r["error"]) for r in data if r["error"] is not None]
+    heldout = [abs(r["error"]) for r in data if r["error"] is not None and r["sweep"] == HELDOUT.name]
     lines = [
-        SECTION,
+        section,
         "",
-        f"Produced by `python -m benchmarks.projection table` on {machine()}, from the predictions in "
-        "docs/results/projection/predictions/ (written by `... predict` before `... measure` ran the sweeps) and "
-        "the sweeps in docs/results/projection/. Error = (predicted - measured) / measured, measured = the median "
-        "samples/s over the rounds (min-max beside it).",
+        f"Produced by `python -m benchmarks.projection table` on {machine()}, {source}, and the sweeps in "
+        "docs/results/projection/. Error = (predicted - measured) / measured, measured = the median samples/s over "
+        "the rounds (min-max beside it).",
         "",
         f"**{len(errors)} cases: median absolute error {100 * statistics.median(errors):.1f} %, largest "
         f"{100 * max(errors):.1f} %; {sum(e <= 0.2 for e in errors)} within 20 %, {sum(e <= 0.1 for e in errors)} "
         "within 10 %.**"
         if errors
         else "No measured case yet.",
+        *(
+            [
+                "",
+                f"**The held-out sweep alone ({len(heldout)} cases): median absolute error "
+                f"{100 * statistics.median(heldout):.1f} %, largest {100 * max(heldout):.1f} %.**",
+            ]
+            if heldout
+            else []
+        ),
         "",
-        "| task | link | acc | compression | backend | predicted samples/s (interval) | measured (min-max, runs) "
-        "| error |",
-        "|---|---|---|---|---|---|---|---|",
+        "| task | batch | link | acc | compression | backend | predicted samples/s (interval) | measured "
+        "(min-max, runs) | error |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in data:
         m = f"{r['measured']:.1f} ({r['min']:.1f}-{r['max']:.1f}, {r['runs']})" if r["measured"] else "—"
         e = f"{100 * r['error']:+.1f} %" if r["error"] is not None else "—"
         lines.append(
-            f"| {r['task']} | {r['rate']} | {r['accumulate']} | {r['compression']} | {r['backend']} | "
+            f"| {r['task']} | {r['batch']} | {r['rate']} | {r['accumulate']} | {r['compression']} | {r['backend']} | "
             f"{r['predicted']:.1f} ({r['lo']:.1f}-{r['hi']:.1f}) | {m} | {e} |"
         )
     return lines + [""]
@@ -329,6 +377,43 @@ def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
     return lines
 
 
+@app.command("micro-reference")
+def micro_reference(repeats: int = 5) -> None:
+    for task, batches in MICRO_BATCHES.items():
+        for b in batches:
+            out = OUT / f"{task}-reference-b{b}"
+            if not (out / "report.md").exists():
+                rounds = repeats if task == "mnist" else 3
+                args = [*TASK_ARGS[task], "--batch-size", str(b), "--backends", "single", "--nprocs", "1"]
+                run(["run.py", "compare", *args, "--threads", "1", "--repeats", str(rounds), "--out", str(out)])
+
+
+@app.command()
+def revised() -> None:
+    """Every case with the revised model (the micro-batch measured), and the held-out sweep, before measuring it."""
+    REVISED.mkdir(parents=True, exist_ok=True)
+    for sweep in (*CASES, HELDOUT):
+        for rate, acc, comp in sweep.cases():
+            path = prediction_path(sweep, rate, acc, comp, revised=True)
+            if not path.exists():
+                refs = [str(d) for d in reference_dirs(sweep.task)]
+                plan = ["--nodes", "2", "--nprocs", "1", "--batch-size", str(batch_of(sweep)), "--accumulate", str(acc)]
+                run(
+                    [
+                        "run.py",
+                        "project",
+                        *refs,
+                        "--commbench",
+                        str(OUT / "commbench" / rate),
+                        *plan,
+                        "--grad-compression",
+                        comp,
+                        "--output",
+                        str(path),
+                    ]
+                )
+
+
 @app.command("commbench-doc")
 def commbench_doc(out: Annotated[Path, typer.Option()] = ROOT / "docs" / "commbench.md") -> None:
     lines = commbench_lines()
@@ -343,6 +428,12 @@ def table(out: Annotated[Path, typer.Option()] = ROOT / "docs" / "projection.md"
     lines = table_lines(data)
     write_section(out, SECTION, lines)
     print("\n".join(lines))
+    if REVISED.exists():
+        data = rows((*CASES, HELDOUT), revised=True)
+        (OUT / "validation-revised.json").write_text(json.dumps(data, indent=1) + "\n")
+        lines = table_lines(data, REVISED_SECTION, REVISED_SOURCE)
+        write_section(out, REVISED_SECTION, lines)
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -213,6 +213,12 @@ class RunConfig:
                 d[k] = str(v)
         return d
 
+    @classmethod
+    def from_dict(cls, d: dict) -> RunConfig:
+        """The inverse of to_dict (a record's "config"): paths are paths again; keys it does not know are left out."""
+        paths = {name for name, f in FIELDS.items() if "Path" in str(f.type)}
+        return cls(**{k: Path(v) if k in paths and v is not None else v for k, v in d.items() if k in FIELDS})
+
 
 def flag(name: str) -> str:
     """The option's flag as a user types it: --max-steps (a switch: its --x form)."""

@@ -58,7 +58,14 @@ def commbench(
 
 
 def project(
-    sweep_dir: Annotated[Path, typer.Argument(help="A compare folder with the task's `single` x1 runs.")],
+    sweep_dirs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Compare folders with the task's `single` x1 runs: at the global batch, and at the planned "
+            "micro-batch if you ran it (its computation is then measured, not scaled).",
+            metavar="SWEEP_DIR...",
+        ),
+    ],
     output: Annotated[Path, typer.Option(help="Write the prediction here (.json, one object per backend).")],
     nodes: Annotated[int, typer.Option(help="Planned nodes.")] = 2,
     nprocs: Annotated[int, typer.Option(help="Planned processes per node.")] = 1,
@@ -97,7 +104,7 @@ def project(
     missing = [b for b in names if links is not None and b not in links and pj.GRADIENT_ALLREDUCE[b] not in links]
     if missing:
         raise UserError(f"--commbench {commbench} has no records of {', '.join(missing)}")
-    ref = pj.Reference.load(sweep_dir)
+    ref = pj.Reference.load(sweep_dirs, batch_size or None)
     plan = pj.Plan(nodes, nprocs, batch_size or ref.batch_size, accumulate, grad_compression, ref.device == "cpu")
     if plan.micro_batch < 1 or plan.batch_size % (plan.world * accumulate):
         raise UserError(
@@ -124,10 +131,16 @@ def project(
     pj.write(rows, measured, output)
     print(pj.table(rows))
     link_said = f"commbench {commbench}" if links else "nominal rate, no latency"
+    micro = projection.micro_runs
+    at_micro = (
+        f"forward+backward as the {len(micro)} run(s) at micro-batch {plan.micro_batch} measured it"
+        if micro
+        else f"forward+backward scaled to micro-batch {plan.micro_batch} by the profile (no run at it)"
+    )
     print(
-        f"\nComputation: the {len(ref.runs)} `single` x1 run(s) of {sweep_dir} ({ref.task}, global batch "
-        f"{ref.batch_size}, {ref.threads} thread(s) per process: plan processes with as many cores). Link: "
-        f"{link_said}. Model and assumptions: docs/projection.md. Written to {output}."
+        f"\nComputation: the {len(ref.runs)} `single` x1 run(s) of {' '.join(map(str, sweep_dirs))} at global batch "
+        f"{ref.batch_size} ({ref.task}, {ref.threads} thread(s) per process: plan processes with as many cores), "
+        f"{at_micro}. Link: {link_said}. Model and assumptions: docs/projection.md. Written to {output}."
     )
 
 

@@ -23,7 +23,7 @@ import json
 import random
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from distbench.errors import UserError
@@ -50,7 +50,9 @@ class Phases:
 
 @dataclass(frozen=True)
 class Reference:
-    """The sweep's `single` x1 runs of one task and global batch: the computation of a step, run by run."""
+    """The sweeps' `single` x1 runs of one task: the computation of a step, run by run, at the planned global batch
+    where they ran it, else at their largest (`runs`), and at every batch they ran (`by_batch`: a run at a planned
+    micro-batch is that micro-batch's computation, measured rather than scaled)."""
 
     task: str
     batch_size: int
@@ -59,29 +61,44 @@ class Reference:
     config: dict  # the run's options (RunConfig.to_dict), to build the same task
     runs: list[Phases]
     samples_per_sec: list[float]
+    by_batch: dict[int, list[Phases]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, sweep_dir: Path) -> Reference:
+    def load(cls, sweep_dirs: list[Path], batch: int | None = None) -> Reference:
         from distbench.sweep import report
 
-        if not (sweep_dir / "results.jsonl").is_file():
-            raise UserError(f"{sweep_dir}: not a compare folder (no results.jsonl)")
-        recs = [r for r in report.load([sweep_dir]).records if _is_reference(r)]
+        for d in sweep_dirs:
+            if not (d / "results.jsonl").is_file():
+                raise UserError(f"{d}: not a compare folder (no results.jsonl)")
+        recs = [r for r in report.load(sweep_dirs).records if _is_reference(r)]
+        where = " ".join(map(str, sweep_dirs))
         if not recs:
             raise UserError(
-                f"{sweep_dir}: no successful `single` x1 run (accumulate 1, no compression, unshaped) to take the "
+                f"{where}: no successful `single` x1 run (accumulate 1, no compression, unshaped) to take the "
                 "computation from; run compare with --backends single,... --nprocs 1"
             )
-        shapes = {(r["task"], r["global_batch_size"], r["environment"]["threads_per_process"]) for r in recs}
+        shapes = {(r["task"], r["environment"]["threads_per_process"]) for r in recs}
         if len(shapes) > 1:
-            raise UserError(f"{sweep_dir}: `single` x1 runs of several tasks, batches or threads: {sorted(shapes)}")
-        (task, batch, threads) = shapes.pop()
-        runs = [
-            Phases(*(r["step_breakdown_ms"][k] for k in ("data_ms", "forward_backward_ms", "optimizer_ms")))
-            for r in recs
-        ]
-        device = str(recs[0]["environment"]["device"]).split(":")[0]
-        return cls(task, batch, threads, device, recs[0]["config"], runs, [r["samples_per_sec"] for r in recs])
+            raise UserError(f"{where}: `single` x1 runs of several tasks or threads: {sorted(shapes)}")
+        (task, threads) = shapes.pop()
+        by_batch: dict[int, list[dict]] = {}
+        for r in recs:
+            by_batch.setdefault(r["global_batch_size"], []).append(r)
+        batch = batch if batch in by_batch else max(by_batch)  # the planned global batch where it was run
+        mine = by_batch[batch]
+        device = str(mine[0]["environment"]["device"]).split(":")[0]
+        phases = {b: [_phases(r) for r in rs] for b, rs in by_batch.items()}
+        return cls(
+            task, batch, threads, device, mine[0]["config"], phases[batch], [r["samples_per_sec"] for r in mine], phases
+        )
+
+
+def _phases(r: dict) -> Phases:
+    return Phases(*(r["step_breakdown_ms"][k] for k in ("data_ms", "forward_backward_ms", "optimizer_ms")))
+
+
+def median_phases(runs: list[Phases]) -> Phases:
+    return Phases(*(statistics.median(getattr(p, f) for p in runs) for f in Phases.__dataclass_fields__))
 
 
 def _is_reference(r: dict) -> bool:
@@ -224,7 +241,7 @@ def measure_profile(ref: Reference, micro_batch: int, repeats: int = 5) -> Profi
     from distbench.tasks import build_task, load_datasets
 
     torch.set_num_threads(ref.threads)
-    cfg = RunConfig(**{k: v for k, v in ref.config.items() if k in RunConfig.__dataclass_fields__})
+    cfg = RunConfig.from_dict(ref.config)
     task = build_task(cfg)
     torch.manual_seed(cfg.seed)
     model = task.build_model()
@@ -303,9 +320,16 @@ class Computation:
     accumulate: int
 
     @classmethod
-    def of(cls, phases: Phases, profile: Profile, ref_batch: int, plan: Plan) -> Computation:
-        fb = phases.forward_backward / 1e3 * profile.micro_over_reference
-        data = phases.data / 1e3 * plan.micro_batch / ref_batch
+    def of(
+        cls, phases: Phases, profile: Profile, ref_batch: int, plan: Plan, micro: Phases | None = None
+    ) -> Computation:
+        """`phases` at the reference batch scaled to the plan's micro-batch by the profile; or, where the sweep ran
+        the micro-batch itself (`micro`), its data and forward+backward as measured."""
+        if micro is not None:
+            fb, data = micro.forward_backward / 1e3, micro.data / 1e3
+        else:
+            fb = phases.forward_backward / 1e3 * profile.micro_over_reference
+            data = phases.data / 1e3 * plan.micro_batch / ref_batch
         return cls(
             data, fb * profile.forward_share, fb * (1 - profile.forward_share), phases.optimizer / 1e3, plan.accumulate
         )
@@ -423,19 +447,28 @@ class Projection:
         carrier = self.measured_as(backend)
         return fit_link(recs if recs is not None else self.links[carrier], f"commbench fit of {carrier}")
 
-    def one(self, backend: str, phases: Phases, link_: Link) -> float:
-        comp = Computation.of(phases, self.profile, self.ref.batch_size, self.plan)
+    @property
+    def micro_runs(self) -> list[Phases] | None:
+        """The sweep's runs at the plan's micro-batch, if it ran it (None: scale the reference's by the profile)."""
+        return self.ref.by_batch.get(self.plan.micro_batch)
+
+    def one(self, backend: str, phases: Phases, link_: Link, micro: Phases | None = None) -> float:
+        comp = Computation.of(phases, self.profile, self.ref.batch_size, self.plan, micro)
         return step_s(backend, comp, self.profile, link_, self.plan, self.cap_mb)
 
     def predict(self, backend: str, seed: int = 0) -> dict:
-        median_phases = Phases(
-            *(statistics.median(getattr(p, f) for p in self.ref.runs) for f in Phases.__dataclass_fields__)
-        )
+        micro = self.micro_runs
         link_ = self.link_for(backend)
-        step = self.one(backend, median_phases, link_)
+        step = self.one(backend, median_phases(self.ref.runs), link_, micro and median_phases(micro))
         rng = random.Random(seed)
         boot = sorted(
-            self.one(backend, self._resampled_phases(rng), self._resampled_link(backend, rng)) for _ in range(RESAMPLES)
+            self.one(
+                backend,
+                self._resampled_phases(rng, self.ref.runs),
+                self._resampled_link(backend, rng),
+                micro and self._resampled_phases(rng, micro),
+            )
+            for _ in range(RESAMPLES)
         )
         lo_step, hi_step = boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
         single = statistics.median(self.ref.samples_per_sec)
@@ -451,6 +484,9 @@ class Projection:
             "grad_compression": self.plan.compression,
             "link_rate": self.rate,
             "link": link_.source,
+            "computation": f"measured at micro-batch {self.plan.micro_batch}"
+            if micro
+            else f"batch {self.ref.batch_size} scaled to micro-batch {self.plan.micro_batch} by the profile",
             "step_ms": step * 1e3,
             "samples_per_sec": sps,
             "samples_per_sec_lo": self.plan.batch_size / hi_step,
@@ -460,9 +496,9 @@ class Projection:
             "reference_samples_per_sec": single,
         }
 
-    def _resampled_phases(self, rng: random.Random) -> Phases:
-        runs = [rng.choice(self.ref.runs) for _ in self.ref.runs]
-        return Phases(*(statistics.median(getattr(p, f) for p in runs) for f in Phases.__dataclass_fields__))
+    @staticmethod
+    def _resampled_phases(rng: random.Random, runs: list[Phases]) -> Phases:
+        return median_phases([rng.choice(runs) for _ in runs])
 
     def _resampled_link(self, backend: str, rng: random.Random) -> Link:
         if self.links is None:

@@ -52,6 +52,28 @@ def test_more_nodes_on_the_same_link_predict_more_time_on_it(tmp_path):
     assert all(step[4][b] > step[2][b] for b in step[2])
 
 
+def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_computation(tmp_path):
+    """The fixture's runs again at batch 32 (the plan's micro-batch), forward+backward 30 ms where the profile scales
+    batch 64's 40 ms to 22: the prediction takes 30, says so, and is slower than the example's."""
+    micro_dir = tmp_path / "micro"
+    micro_dir.mkdir()
+    recs = [json.loads(line) for line in (FIX / "sweep" / "results.jsonl").read_text().splitlines()]
+    for r in recs:
+        r.update(global_batch_size=32, per_rank_batch_size=32, micro_batch_size=32)
+        r["step_breakdown_ms"] = {**r["step_breakdown_ms"], "forward_backward_ms": 30.0}
+    (micro_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    scaled, measured = tmp_path / "scaled.json", tmp_path / "measured.json"
+    run_py([*EXAMPLE, "--output", str(scaled)], tmp_path, expect_rc=0)
+    args = [EXAMPLE[0], EXAMPLE[1], str(micro_dir), *EXAMPLE[2:], "--output", str(measured)]
+    proc = run_py(args, tmp_path, expect_rc=0)
+    assert "as the 3 run(s) at micro-batch 32 measured it" in proc.stdout
+    slow = {p["backend"]: p for p in json.loads(measured.read_text())}
+    fast = {p["backend"]: p for p in json.loads(scaled.read_text())}
+    for b in fast:
+        assert slow[b]["computation"] == "measured at micro-batch 32" and slow[b]["step_ms"] > fast[b]["step_ms"]
+        assert slow[b]["reference_samples_per_sec"] == fast[b]["reference_samples_per_sec"]  # still batch 64's
+
+
 @pytest.mark.parametrize(
     "args,fragment",
     [

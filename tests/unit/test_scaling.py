@@ -18,6 +18,18 @@ def test_algbw_and_busbw_are_the_definitions_of_nccl_tests():
     assert cb.busbw(64 * MiB, 0.5, 1) == 0.0  # one rank moves nothing
 
 
+def test_the_fit_follows_the_large_messages_where_small_ones_pass_faster_than_the_rate():
+    """As on a token-bucket link: messages up to the burst (here 64 KiB) pass at twice the rate; the slope must still
+    be the rate's within 4 % (gradient buckets are the large messages); a relative-error fit (1/t^2) is not."""
+    sizes = [4096 * 4**i for i in range(8)]
+    line = [2e-3 + 8e-8 * s for s in sizes]
+    seconds = [2e-3 + 4e-8 * s if s <= 65536 else t for s, t in zip(sizes, line, strict=True)]
+    fit = cb.fit(sizes, seconds)
+    assert fit.beta_s_per_byte == pytest.approx(8e-8, rel=0.04)
+    for s, t in zip(sizes[5:], line[5:], strict=True):
+        assert fit.seconds(s) == pytest.approx(t, rel=0.04)
+
+
 def test_the_fit_recovers_latency_and_bandwidth():
     sizes = list(cb.DEFAULT_SIZES)
     fit = cb.fit(sizes, [2e-3 + 8e-9 * s for s in sizes])
@@ -85,6 +97,14 @@ def test_the_computation_of_a_micro_batch():
     assert comp.backward_start == pytest.approx(6e-3)
     acc2 = _computation(pj.Plan(2, 1, 64, 2, "none"))  # 2 micro-batches: data twice, one whole forward+backward
     assert acc2.backward_start == pytest.approx(2 * 0.5e-3 + 20e-3 + 5e-3)
+
+
+def test_a_measured_micro_batch_replaces_the_scaled_one():
+    """Where the sweep ran the micro-batch, its data and forward+backward are taken as measured (the optimizer stays
+    the reference's: it does not depend on the batch)."""
+    micro = pj.Phases(data=1.5, forward_backward=24.0, optimizer=9.0)
+    comp = pj.Computation.of(PHASES, PROFILE, 64, PLAN, micro)
+    assert (comp.data, comp.forward, comp.backward, comp.optimizer) == pytest.approx((1.5e-3, 6e-3, 18e-3, 4e-3))
 
 
 def test_ddp_all_reduces_each_bucket_when_its_last_gradient_is_ready():
