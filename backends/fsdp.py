@@ -73,7 +73,8 @@ class FSDPBackend(DDPBackend):
         set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True))
 
     def optimizer_state_dict(self, model: nn.Module, optimizer) -> dict:
-        return _by_index(get_optimizer_state_dict(model, optimizer, options=FULL))
+        state = get_optimizer_state_dict(model, optimizer, options=FULL)
+        return _by_index(state) if state else state  # whole on the main process only (cpu_offload), empty elsewhere
 
     def load_optimizer_state_dict(self, model: nn.Module, optimizer, state: dict) -> None:
         by_name = _by_name(state, _names_in_group_order(model, optimizer))

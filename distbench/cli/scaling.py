@@ -19,7 +19,9 @@ from distbench.launching import link
 
 def commbench(
     out: Annotated[Path, typer.Option(help="Output folder: commbench.jsonl, summary.csv, fit.json, report, plot.")],
-    backends: Annotated[str, typer.Option(help="Comma-separated backends that all-reduce gradients.")] = ",".join(ALL_REDUCING),
+    backends: Annotated[str, typer.Option(help="Comma-separated backends that all-reduce gradients.")] = ",".join(
+        ALL_REDUCING
+    ),
     nodes: Annotated[int, typer.Option(help="Nodes (simulated here, each on its own cores; real under Slurm).")] = 1,
     nprocs: Annotated[int, typer.Option(help="Processes per node.")] = 2,
     link_rate: Annotated[str, typer.Option(help="The link's rate (none, or e.g. 1gbit, 100mbit).")] = link.UNSHAPED,
@@ -75,7 +77,9 @@ def project(
     commbench: Annotated[
         Path | None, typer.Option(help="A commbench folder measured on that link (else: the nominal rate).")
     ] = None,
-    backends: Annotated[str, typer.Option(help="Comma-separated backends that all-reduce gradients.")] = ",".join(ALL_REDUCING),
+    backends: Annotated[str, typer.Option(help="Comma-separated backends that all-reduce gradients.")] = ",".join(
+        ALL_REDUCING
+    ),
     accumulate: Annotated[int, typer.Option(help="Micro-batches per step.")] = 1,
     grad_compression: Annotated[str, typer.Option(help="none, fp16 or bf16.")] = "none",
     batch_size: Annotated[int, typer.Option(help="Planned global batch (default: the sweep's).")] = 0,

@@ -105,6 +105,8 @@ def placement(backend: Backend) -> list[tuple[int, list[int]]]:
 def param_checksum(backend: Backend, model) -> float:
     """The sum of every parameter, whole (a sharded model's state dict gathers them: a collective)."""
     state = backend.model_state_dict(model)
+    if not state:  # a sharded model's whole state is gathered on the main process only
+        return float("nan")
     return float(sum(state[name].double().sum() for name, _ in backend.unwrap(model).named_parameters()))
 
 
