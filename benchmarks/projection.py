@@ -36,6 +36,9 @@ from benchmarks.harness import ROOT, child_env, machine, write_section
 OUT = ROOT / "docs" / "results" / "projection"
 RATES = ("none", "1gbit", "500mbit", "200mbit", "100mbit")
 BACKENDS = "ddp,accelerate,horovod"
+# the validation's scale and link, the same for commbench, the predictions and the measured sweeps
+NODES = ["--nodes", "2", "--nprocs", "1"]
+PER_NODE = ["--link-mode", "per-node"]
 SECTION = "## Validation: predicted before measuring, then measured"
 BERT_DATA = str(ROOT.parent / "shared" / "data" / "rt-polarity")
 
@@ -115,14 +118,10 @@ def commbench(repeats: int = 10, rounds: int = 2) -> None:
                     "commbench",
                     "--backends",
                     BACKENDS,
-                    "--nodes",
-                    "2",
-                    "--nprocs",
-                    "1",
+                    *NODES,
                     "--link-rate",
                     rate,
-                    "--link-mode",
-                    "per-node",
+                    *PER_NODE,
                     "--repeats",
                     str(repeats),
                     "--rounds",
@@ -170,10 +169,7 @@ def predict() -> None:
                         str(OUT / f"{sweep.task}-reference"),
                         "--commbench",
                         str(OUT / "commbench" / rate),
-                        "--nodes",
-                        "2",
-                        "--nprocs",
-                        "1",
+                        *NODES,
                         "--accumulate",
                         str(acc),
                         "--grad-compression",
@@ -197,14 +193,10 @@ def measure() -> None:
                     *sweep.task_args,
                     "--backends",
                     BACKENDS,
-                    "--nodes",
-                    "2",
-                    "--nprocs",
-                    "1",
+                    *NODES,
                     "--threads",
                     "1",
-                    "--link-mode",
-                    "per-node",
+                    *PER_NODE,
                     "--link-rate",
                     ",".join(sweep.rates),
                     "--accumulate",
@@ -324,7 +316,7 @@ def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
         COMMBENCH_SECTION,
         "",
         f"Produced by `python -m benchmarks.projection commbench` (each rate: `run.py commbench --backends {BACKENDS} "
-        "--nodes 2 --nprocs 1 --link-rate RATE --link-mode per-node --repeats 10 --rounds 2 --out "
+        f"{' '.join(NODES)} --link-rate RATE {' '.join(PER_NODE)} --repeats 10 --rounds 2 --out "
         f"docs/results/projection/commbench/RATE`) on {machine()}; this section by `python -m benchmarks.projection "
         "commbench-doc`. Medians over 20 repeats (10 per launch, 2 launches alternating the order); MB/s are 10^6 "
         "bytes/s. The plots: docs/results/projection/commbench/RATE/busbw.png.",
@@ -397,7 +389,7 @@ def revised() -> None:
             path = prediction_path(sweep, rate, acc, comp, revised=True)
             if not path.exists():
                 refs = [str(d) for d in reference_dirs(sweep.task)]
-                plan = ["--nodes", "2", "--nprocs", "1", "--batch-size", str(batch_of(sweep)), "--accumulate", str(acc)]
+                plan = [*NODES, "--batch-size", str(batch_of(sweep)), "--accumulate", str(acc)]
                 run(
                     [
                         "run.py",

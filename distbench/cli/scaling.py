@@ -46,8 +46,7 @@ def commbench(
     message_sizes = positive_ints(sizes, "--sizes") if sizes else list(cb.DEFAULT_SIZES)
     if (out / cb.RECORDS).exists():
         raise UserError(f"{out} already holds a commbench ({cb.RECORDS}); choose another --out")
-    if link_mode not in link.MODES:
-        raise UserError(f"--link-mode {link_mode!r}: one of {', '.join(link.MODES)}")
+    link.check_mode(link_mode)
     executor = _executor(scheduler, "usual")
     out.mkdir(parents=True, exist_ok=True)
     bench = cb.Bench(names, message_sizes, nodes, nprocs, link_rate, link_mode, repeats, rounds, run_timeout_s)

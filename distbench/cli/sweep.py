@@ -173,8 +173,7 @@ def simulate(
     if "--backend" in train_args:
         raise UserError("give --backend before --, as simulate's own option")
     link.parse_rate(link_rate)
-    if link_mode not in link.MODES:
-        raise UserError(f"--link-mode {link_mode!r}: one of {', '.join(link.MODES)}")
+    link.check_mode(link_mode)
     config = SweepConfig(
         backend=backend, world_size=nodes * nprocs, nodes=nodes, link_rate=link_rate, link_mode=link_mode
     )

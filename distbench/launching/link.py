@@ -35,6 +35,13 @@ LATENCY_MS = 100  # how long a packet may wait in the bucket's queue before tbf 
 _LO_MTU = 65536  # a bucket smaller than loopback's MTU could never send a full packet
 
 
+def check_mode(mode: str) -> str:
+    """`mode` if it is one of MODES; else one line naming them."""
+    if mode not in MODES:
+        raise UserError(f"--link-mode {mode!r}: one of {', '.join(MODES)}")
+    return mode
+
+
 def parse_rate(text: str) -> float | None:
     """Bits per second of a rate as tc writes it ("100mbit", "1gbit", "2.5gbit"); None for "none"."""
     text = text.strip().lower()

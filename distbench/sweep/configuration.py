@@ -59,26 +59,26 @@ def _backends(text: str, option: str) -> list[str]:
     return values
 
 
-def _compressions(text: str, option: str) -> list[str]:
-    values = _csv(text, option)
-    for v in values:
-        if v not in GradCompression.__members__:
-            raise UserError(f"{option}: {v!r} is not one of {', '.join(GradCompression.__members__)}")
-    return values
+def _one_of(allowed) -> Callable[[str, str], list[str]]:
+    """The parser of a comma-separated list whose every value is one of `allowed`."""
+
+    def parse(text: str, option: str) -> list[str]:
+        values = _csv(text, option)
+        for v in values:
+            if v not in allowed:
+                raise UserError(f"{option}: {v!r} is not one of {', '.join(allowed)}")
+        return values
+
+    return parse
+
+
+_compressions = _one_of(tuple(GradCompression.__members__))
 
 
 def _rates(text: str, option: str) -> list[str]:
     values = _csv(text, option)
     for v in values:
         link.parse_rate(v)  # a bad rate is one line
-    return values
-
-
-def _link_modes(text: str, option: str) -> list[str]:
-    values = _csv(text, option)
-    for v in values:
-        if v not in link.MODES:
-            raise UserError(f"{option}: {v!r} is not one of {', '.join(link.MODES)}")
     return values
 
 
@@ -186,7 +186,7 @@ class SweepConfig:
     link_mode: str = axis(
         link.MODES[0],
         option="--link-mode",
-        parse=_link_modes,
+        parse=_one_of(link.MODES),
         reference=link.MODES[0],
         held=True,
         help="Comma-separated link modes, a sweep axis: shared (one token bucket on loopback for all traffic, a hub) "
