@@ -31,40 +31,19 @@ _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # the whole tensors, on the CPU, as DDP saves them
 
 
-class FSDPBackend(DDPBackend):
-    name = "fsdp"
-    forward_is_collective = True  # every forward all-gathers: every rank runs the same number of them
+def mixed_precision_policy(precision: str, grad_compression: str) -> MixedPrecisionPolicy:
+    """--precision bf16: parameters all-gathered and computed in bf16; --grad-compression fp16/bf16: gradients
+    reduced in 16 bits (otherwise in the parameters' dtype, fp32 under bf16 too)."""
+    return MixedPrecisionPolicy(
+        param_dtype=_DTYPES.get(precision if precision == "bf16" else "none"),
+        reduce_dtype=_DTYPES.get(grad_compression, torch.float32 if precision == "bf16" else None),
+    )
 
-    def mixed_precision(self) -> MixedPrecisionPolicy:
-        """--precision bf16: parameters all-gathered and computed in bf16; --grad-compression fp16/bf16: gradients
-        reduced in 16 bits (otherwise in the parameters' dtype, fp32)."""
-        # FSDP: both are its own MixedPrecisionPolicy, not autocast (autocast() is off under fsdp)
-        return MixedPrecisionPolicy(
-            param_dtype=_DTYPES.get(self.precision if self.precision == "bf16" else "none"),
-            reduce_dtype=_DTYPES.get(self.grad_compression, torch.float32 if self.precision == "bf16" else None),
-        )
 
-    def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
-        model = model.to(self.device)
-        before = dict(model.named_parameters())
-        policy = self.mixed_precision()
-        for unit in shard_units:  # inner units first: each all-gathers and frees its own parameters
-            fully_shard(unit, mp_policy=policy)
-        fully_shard(model, mp_policy=policy)
-        _rebind(optimizer, before, dict(model.named_parameters()))
-        return model, optimizer, train_loader
-
-    def accumulation(self, model: nn.Module, sync: bool):
-        # FSDP: between micro-batches no reduce-scatter and no resharding: the unsharded gradients accumulate
-        model.set_requires_gradient_sync(sync)
-        model.set_reshard_after_backward(sync)
-        return contextlib.nullcontext()
-
-    def autocast(self):
-        return contextlib.nullcontext()  # bf16 is the MixedPrecisionPolicy's (mixed_precision)
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        return model  # fully_shard changes the module's class in place; there is no wrapper
+class FullStateDicts:
+    """Checkpoints of a sharded model as full state dicts (the whole tensors, on the main process's CPU), through
+    torch.distributed.checkpoint.state_dict: the form every backend saves and loads, so a checkpoint written sharded
+    at one world size resumes replicated or sharded at any other. Collectives: every rank calls each method."""
 
     def model_state_dict(self, model: nn.Module) -> dict:
         return get_model_state_dict(model, options=FULL)
@@ -80,8 +59,36 @@ class FSDPBackend(DDPBackend):
         by_name = _by_name(state, _names_in_group_order(model, optimizer))
         set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
 
+
+class FSDPBackend(FullStateDicts, DDPBackend):
+    name = "fsdp"
+    forward_is_collective = True  # every forward all-gathers: every rank runs the same number of them
+
+    def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
+        model = model.to(self.device)
+        before = dict(model.named_parameters())
+        # FSDP: bf16 and 16-bit gradient reduction are its own MixedPrecisionPolicy, not autocast (off under fsdp)
+        policy = mixed_precision_policy(self.precision, self.grad_compression)
+        for unit in shard_units:  # inner units first: each all-gathers and frees its own parameters
+            fully_shard(unit, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        _rebind(optimizer, before, dict(model.named_parameters()))
+        return model, optimizer, train_loader
+
+    def accumulation(self, model: nn.Module, sync: bool):
+        # FSDP: between micro-batches no reduce-scatter and no resharding: the unsharded gradients accumulate
+        model.set_requires_gradient_sync(sync)
+        model.set_reshard_after_backward(sync)
+        return contextlib.nullcontext()
+
+    def autocast(self):
+        return contextlib.nullcontext()  # bf16 is the MixedPrecisionPolicy's
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model  # fully_shard changes the module's class in place; there is no wrapper
+
     def gradient_all_reduce(self, t: torch.Tensor) -> None:
-        raise NotImplementedError("fsdp reduce-scatters its gradients; commbench does not time it yet")
+        raise NotImplementedError("fsdp reduce-scatters its gradients; commbench times the all-reducing libraries")
 
 
 def _rebind(optimizer, before: dict[str, nn.Parameter], after: dict[str, nn.Parameter]) -> None:

@@ -197,11 +197,24 @@ class Trainer:
         backend.load_optimizer_state_dict(parts.model, parts.optimizer, ckpt.optimizer)
         if parts.scheduler is not None and ckpt.scheduler is not None:
             parts.scheduler.load_state_dict(ckpt.scheduler)
-        rng.restore_rank(ckpt.rng, backend.rank, backend.device)
+        self.restore_random_streams(ckpt)
         self.step, self.prior_losses = ckpt.step, ckpt.loss_history.tolist()
         at = "its last step: nothing left to train" if self.step == parts.total_steps else f"step {self.step}"
         self.reporter.info(
             f"resuming from {self.checkpointer.path} at {at} (epoch {self.step // parts.steps_per_epoch + 1})"
+        )
+
+    def restore_random_streams(self, ckpt: checkpoint.Checkpoint) -> None:
+        """Each rank's generators as the checkpoint left them; at another world size there is no such rank to
+        continue, so each rank's stream (dropout's masks) starts afresh from --seed, the step and its rank."""
+        backend = self.backend
+        if ckpt.world_size == backend.world_size:
+            rng.restore_rank(ckpt.rng, backend.rank, backend.device)
+            return
+        torch.manual_seed(self.cfg.seed + 1 + backend.rank + 1_000_003 * ckpt.step)
+        self.reporter.info(
+            f"the checkpoint was written at world size {ckpt.world_size}, this run has {backend.world_size}: the "
+            "model, optimizer, step and data order continue; each rank's random stream (dropout) starts afresh"
         )
 
     def loss_history(self) -> list[float]:
@@ -314,7 +327,7 @@ def run(cfg: RunConfig) -> dict:
     resume = None
     if cfg.checkpoint_dir is not None and checkpoint.path_in(cfg.checkpoint_dir).is_file():
         # checked before any process group starts: a bad checkpoint is one line, exit 2
-        resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict(), launch_env.world_size)
+        resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict())
     backend_class = spec.load()
     clock.mark("imports")
     facts = Facts(clock, started_at=datetime.now(UTC).isoformat(timespec="seconds"))

@@ -9,10 +9,13 @@ Peak RSS stays in the record as `peak_rss_mb`: on a CPU it is mostly the librari
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
-from distbench.backends.base import Backend, ReduceOp
+if TYPE_CHECKING:  # torch is imported where it is used: the report reads KINDS without it
+    import torch
+    from torch import nn
+
+    from distbench.backends.base import Backend
 
 KINDS = ("params_bytes", "grads_bytes", "optimizer_bytes")
 
@@ -25,6 +28,8 @@ def local_bytes(t: torch.Tensor) -> int:
 
 def held(model: nn.Module, optimizer) -> dict[str, int]:
     """This rank's bytes of parameters, gradients (those that exist now) and optimizer state tensors."""
+    import torch
+
     params = list(model.parameters())
     states = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     return {
@@ -36,6 +41,10 @@ def held(model: nn.Module, optimizer) -> dict[str, int]:
 
 def per_rank(model: nn.Module, optimizer, backend: Backend) -> dict[str, int | None]:
     """The largest rank's `held` counts and, on a GPU, its peak allocated bytes (a collective)."""
+    import torch
+
+    from distbench.backends.base import ReduceOp
+
     mine = held(model, optimizer)
     device = backend.device
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1
