@@ -162,7 +162,8 @@ def launch_help() -> str:
     lines += [
         "\b",
         f"{'':<{width}} {', '.join(by_hand[:-1])} and {by_hand[-1]} also join a world whose RANK, WORLD_SIZE, "
-        "MASTER_ADDR and MASTER_PORT are set for each process (mpirun, a script of your own); under Slurm: `run.py slurm-script`.",
+        "MASTER_ADDR and MASTER_PORT are set for each process (mpirun, a script of your own); "
+        "under Slurm: `run.py slurm-script`.",
         "",
     ]
     return "\n".join(lines)
