@@ -62,7 +62,7 @@ def test_commbench_times_every_library_across_per_node_links(tmp_path):
 def test_compare_trains_every_library_on_per_node_links(tmp_path):
     out = tmp_path / "sweep"
     cmd = py(
-        "run.py compare --backends ddp,accelerate,horovod --nodes 2 --nprocs 1 --link-mode per-node "
+        f"run.py compare --backends {','.join(DISTRIBUTED)} --nodes 2 --nprocs 1 --link-mode per-node "
         "--link-rate 1gbit --max-steps 8 --dropout 0 --out",
         out,
     )
