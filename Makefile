@@ -43,8 +43,8 @@ bench-network: setup
 FSDP_SWEEP = --backends single,ddp,fsdp,accelerate-fsdp --nprocs 1,2
 bench-fsdp: setup
 	$(PY) run.py compare --task mnist $(FSDP_SWEEP) --max-steps 60 --repeats 5 --out docs/results/fsdp/mnist
-	$(PY) run.py compare --task synthetic-resnet --model resnet18 --batch-size 16 $(FSDP_SWEEP) --max-steps 8 --repeats 3 --out docs/results/fsdp/synthetic-resnet
-	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) $(FSDP_SWEEP) --max-steps 8 --repeats 3 --out docs/results/fsdp/bert
+	$(PY) run.py compare --task synthetic-resnet --model resnet18 --batch-size 16 $(FSDP_SWEEP) --max-steps 8 --repeats 5 --out docs/results/fsdp/synthetic-resnet
+	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) $(FSDP_SWEEP) --max-steps 8 --repeats 5 --out docs/results/fsdp/bert
 	$(PY) -m benchmarks.fsdp docs/results/fsdp/mnist docs/results/fsdp/synthetic-resnet docs/results/fsdp/bert --out docs/fsdp.md
 
 lint: setup

@@ -80,7 +80,7 @@ def test_a_two_round_slurm_sweep_writes_the_usual_report_with_verdicts(usual_swe
     assert "### Verdicts" in report and "| ddp x2 |" in report and "| horovod x2 |" in report
     assert "horovod x2 vs ddp x2" in report or "horovod x2 is" in report
     assert "- nodes: 1, 2, Slurm's (job steps of job" in report
-    assert len(_records(usual_sweep)) == 8  # 4 configurations x 2 rounds
+    assert len(_records(usual_sweep)) == 10  # 5 configurations x 2 rounds
 
 
 @pytest.mark.timeout(600)
