@@ -1,6 +1,6 @@
 # Every target sets up what it needs first (scripts/setup_env.sh is quick when already done).
 PY := .venv/bin/python
-.PHONY: setup demo test test-fast bench bench-bert bench-network lint clean-venv
+.PHONY: setup demo test test-fast bench bench-bert bench-network bench-fsdp lint clean-venv
 
 setup:
 	@bash scripts/setup_env.sh
@@ -38,6 +38,14 @@ bench-network: setup
 	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) --backends single,ddp,accelerate,horovod --nprocs 1 --nodes 2 --link-rate none,1gbit,100mbit --max-steps 6 --repeats 3 --out results/network-bert-$$(date +%Y%m%d-%H%M%S)
 	$(PY) -m benchmarks.linkcheck check --rates none,10gbit,1gbit,100mbit --out docs/network.md
 	@echo "then: python -m benchmarks.network results/network-mnist-* results/network-bert-* --out docs/network.md"
+
+# docs/fsdp.md: memory per rank and speed of ddp, fsdp and accelerate-fsdp at x1 and x2 on three tasks
+FSDP_SWEEP = --backends single,ddp,fsdp,accelerate-fsdp --nprocs 1,2
+bench-fsdp: setup
+	$(PY) run.py compare --task mnist $(FSDP_SWEEP) --max-steps 60 --repeats 5 --out docs/results/fsdp/mnist
+	$(PY) run.py compare --task synthetic-resnet --model resnet18 --batch-size 16 $(FSDP_SWEEP) --max-steps 8 --repeats 5 --out docs/results/fsdp/synthetic-resnet
+	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) $(FSDP_SWEEP) --max-steps 8 --repeats 5 --out docs/results/fsdp/bert
+	$(PY) -m benchmarks.fsdp docs/results/fsdp/mnist docs/results/fsdp/synthetic-resnet docs/results/fsdp/bert --out docs/fsdp.md
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -35,6 +35,7 @@ class BackendSpec:
     launchers: tuple[Launcher, ...]
     help: str
     distributed: bool = True  # False: one process, no exchange (the reference of speed-up and equivalence)
+    exchange: str = "all-reduce"  # how its gradients cross the ranks: all-reduce, or reduce-scatter (sharded)
 
     def program(self, args: list[str]) -> list[str]:
         return ["run.py", "--backend", self.name, *args]
@@ -92,11 +93,29 @@ REGISTRY: dict[str, BackendSpec] = {
         BackendSpec(
             "horovod", "distbench.backends.horovod_backend:HorovodBackend", (HOROVODRUN, PYTHON), "Horovod (gloo)"
         ),
+        BackendSpec(
+            "fsdp",
+            "distbench.backends.fsdp:FSDPBackend",
+            (TORCHRUN, BY_HAND, SRUN, PYTHON),
+            "PyTorch FSDP2 (fully_shard): parameters, gradients and optimizer state sharded",
+            exchange="reduce-scatter",
+        ),
+        BackendSpec(
+            "accelerate-fsdp",
+            "distbench.backends.accelerate_backend:AccelerateFSDPBackend",
+            (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
+            "HuggingFace Accelerate driving FSDP2 (FullyShardedDataParallelPlugin, fsdp_version=2)",
+            exchange="reduce-scatter",
+        ),
     )
 }
 NAMES = tuple(REGISTRY)
 (REFERENCE,) = (name for name, spec in REGISTRY.items() if not spec.distributed)
 DISTRIBUTED = tuple(name for name, spec in REGISTRY.items() if spec.distributed)
+# the replicating libraries, whose gradient exchange is an all-reduce: what commbench times and project models
+ALL_REDUCING = tuple(name for name in DISTRIBUTED if REGISTRY[name].exchange == "all-reduce")
+# the sharding ones: each rank holds 1/W of the parameters, gradients and optimizer state
+SHARDING = tuple(name for name in DISTRIBUTED if REGISTRY[name].exchange == "reduce-scatter")
 
 
 def get_spec(name: str) -> BackendSpec:
@@ -125,6 +144,7 @@ def launch_help() -> str:
     """Every backend's launch commands for `run.py --help`: N processes on one machine, then 2 machines of
     4 processes; each block marked \\b so that click keeps it as it is."""
     lines = ["Launch commands (N processes on one machine; several machines):", ""]
+    width = max(len(name) for name in NAMES) + 1
     for spec in REGISTRY.values():
         usual = spec.launchers[0]
         n = 1 if usual is PYTHON else "N"  # a launcher's own form where it starts one process per program
@@ -137,11 +157,13 @@ def launch_help() -> str:
                 for other in spec.launchers[1:]
                 if other not in (BY_HAND, PYTHON)
             ]
-        lines += ["\b", f"{spec.name:<11} {block[0]}", *(f"{'':<11} {more}" for more in block[1:]), ""]
+        lines += ["\b", f"{spec.name:<{width}} {block[0]}", *(f"{'':<{width}} {more}" for more in block[1:]), ""]
+    by_hand = [spec.name for spec in REGISTRY.values() if BY_HAND in spec.launchers]
     lines += [
         "\b",
-        f"{'':<11} ddp and accelerate also join a world whose RANK, WORLD_SIZE, MASTER_ADDR and "
-        "MASTER_PORT are set for each process (mpirun, a script of your own); under Slurm: `run.py slurm-script`.",
+        f"{'':<{width}} {', '.join(by_hand[:-1])} and {by_hand[-1]} also join a world whose RANK, WORLD_SIZE, "
+        "MASTER_ADDR and MASTER_PORT are set for each process (mpirun, a script of your own); "
+        "under Slurm: `run.py slurm-script`.",
         "",
     ]
     return "\n".join(lines)

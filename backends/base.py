@@ -43,6 +43,9 @@ class Backend:
     """
 
     name: ClassVar[str] = "base"
+    # True where every forward is a collective (a sharding library all-gathers the parameters): evaluation then runs
+    # the same number of forwards on every rank (training/loop.evaluate)
+    forward_is_collective: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -94,9 +97,26 @@ class Backend:
         return s.n // s.global_batch_size
 
     # ---- model -----------------------------------------------------------------------------
-    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLoader):
-        """Wrap what the library wraps; returns (model, optimizer, train_loader)."""
+    def prepare(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, train_loader: DataLoader, shard_units=()
+    ) -> tuple:
+        """Wrap what the library wraps; returns (model, optimizer, train_loader). `shard_units` are the task's
+        submodules that a sharding library shards one by one (Task.shard_units); a replicating one ignores them."""
         return model.to(self.device), optimizer, train_loader
+
+    # ---- checkpoints: whole tensors, one form for every backend (a collective where the state is sharded) -----
+    def model_state_dict(self, model: nn.Module) -> dict:
+        return self.unwrap(model).state_dict()
+
+    def load_model_state_dict(self, model: nn.Module, state: dict) -> None:
+        self.unwrap(model).load_state_dict(state)
+
+    def optimizer_state_dict(self, model: nn.Module, optimizer) -> dict:
+        """`optimizer.state_dict()`'s form: state keyed by the parameter's index over the groups in order."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, model: nn.Module, optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
 
     def accumulation(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
         """The context of one micro-batch's forward and backward; `sync` is True for the last micro-batch of an

@@ -93,7 +93,7 @@ class DDPBackend(Backend):
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    def prepare(self, model: nn.Module, optimizer, train_loader):
+    def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         model = model.to(self.device)
         # DDP: gradients are bucketed views (no extra copy); buffers are identical by construction.
         ddp = DistributedDataParallel(

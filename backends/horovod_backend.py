@@ -50,7 +50,7 @@ class HorovodBackend(Backend):
         if hvd.is_initialized():
             hvd.shutdown()
 
-    def prepare(self, model: nn.Module, optimizer, train_loader):
+    def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         model = model.to(self.device)
         # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised.
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)

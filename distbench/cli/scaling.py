@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from distbench.backends import DISTRIBUTED
+from distbench.backends import ALL_REDUCING
 from distbench.cli.declared import new_app
 from distbench.cli.sweep import _executor
 from distbench.errors import UserError
@@ -19,7 +19,9 @@ from distbench.launching import link
 
 def commbench(
     out: Annotated[Path, typer.Option(help="Output folder: commbench.jsonl, summary.csv, fit.json, report, plot.")],
-    backends: Annotated[str, typer.Option(help="Comma-separated distributed backends.")] = ",".join(DISTRIBUTED),
+    backends: Annotated[str, typer.Option(help="Comma-separated backends that all-reduce gradients.")] = ",".join(
+        ALL_REDUCING
+    ),
     nodes: Annotated[int, typer.Option(help="Nodes (simulated here, each on its own cores; real under Slurm).")] = 1,
     nprocs: Annotated[int, typer.Option(help="Processes per node.")] = 2,
     link_rate: Annotated[str, typer.Option(help="The link's rate (none, or e.g. 1gbit, 100mbit).")] = link.UNSHAPED,
@@ -74,7 +76,9 @@ def project(
     commbench: Annotated[
         Path | None, typer.Option(help="A commbench folder measured on that link (else: the nominal rate).")
     ] = None,
-    backends: Annotated[str, typer.Option(help="Comma-separated distributed backends.")] = ",".join(DISTRIBUTED),
+    backends: Annotated[str, typer.Option(help="Comma-separated backends that all-reduce gradients.")] = ",".join(
+        ALL_REDUCING
+    ),
     accumulate: Annotated[int, typer.Option(help="Micro-batches per step.")] = 1,
     grad_compression: Annotated[str, typer.Option(help="none, fp16 or bf16.")] = "none",
     batch_size: Annotated[int, typer.Option(help="Planned global batch (default: the sweep's).")] = 0,
@@ -145,9 +149,11 @@ def project(
 
 def _backends(backends: str) -> list[str]:
     names = [b.strip() for b in backends.split(",") if b.strip()]
-    bad = [b for b in names if b not in DISTRIBUTED]
+    bad = [b for b in names if b not in ALL_REDUCING]
     if bad or not names:
-        raise UserError(f"--backends: the distributed backends ({', '.join(DISTRIBUTED)}), got {backends!r}")
+        raise UserError(
+            f"--backends: the backends that all-reduce their gradients ({', '.join(ALL_REDUCING)}), got {backends!r}"
+        )
     return names
 
 

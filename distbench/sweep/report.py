@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
+from distbench.backends import SHARDING
 from distbench.errors import UserError
 from distbench.sweep import stats
 from distbench.sweep.configuration import AXES, SweepConfig
 from distbench.sweep.stats import Summary
+from distbench.training.memory import KINDS
 from distbench.training.reporter import read_jsonl
 from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, PHASES
 
@@ -44,12 +46,15 @@ _SUMMARIES = {
     "speedup": ("", "_lo", "_hi"),
     "scaling_efficiency": ("", "_lo", "_hi"),
 }
+# memory per rank (training/memory.py): exact counts, the same in every round of a configuration
+MEMORY = (*KINDS, "peak_allocated_bytes")
 COLUMNS = [
     *AXIS_COLUMNS,
     *("label", "runs", "runs_ok"),
     *(metric + end for metric, ends in _SUMMARIES.items() for end in ends),
     *("step_p50_ms", "step_p90_ms", *PHASES),
     *_MEDIAN_FIELDS[:-1],
+    *MEMORY,
     *("error", "command"),
 ]
 
@@ -221,6 +226,8 @@ def config_row(cfg: Config, configs: list[Config]) -> dict:
         row[phase] = cfg.median(f"step_breakdown_ms.{phase}")
     for name in _MEDIAN_FIELDS:
         row[name] = cfg.median(name)
+    for name in MEMORY:
+        row[name] = cfg.median(f"memory_per_rank.{name}")
     row["accuracy_meaningful"] = cfg.ok[0].get("accuracy_meaningful", True)
     return row
 
@@ -355,6 +362,56 @@ def table_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _mb(value) -> str:
+    return "—" if value is None else f"{value / 2**20:.2f}"
+
+
+def memory_lines(rows: list[dict]) -> list[str]:
+    """Memory per rank: the largest rank's bytes of each kind of state it holds (exact), the device's peak allocated
+    where there is a device, and peak RSS."""
+    rows = [r for r in rows if r.get("params_bytes") is not None]
+    if not rows:
+        return []
+    lines = [
+        "### Memory per rank",
+        "",
+        "| configuration | parameters MB | gradients MB | optimizer state MB | sum MB | peak allocated MB | "
+        "peak RSS MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        total = sum(r[k] for k in KINDS if r.get(k) is not None)
+        lines.append(
+            f"| {r['label']} | {' | '.join(_mb(r.get(k)) for k in KINDS)} | {_mb(total)} | "
+            f"{_mb(r.get('peak_allocated_bytes'))} | {_fmt(r.get('peak_rss_mb'), '.0f')} |"
+        )
+    lines += [
+        "",
+        "Counted from the tensors each rank holds (a sharded parameter's local shard), the largest rank's; "
+        "MB = 2^20 bytes. Peak allocated: the device allocator's peak (activations and the libraries' buffers "
+        "too); none without a device. Peak RSS: the largest process, mostly the libraries on a CPU.",
+        "",
+    ]
+    return lines
+
+
+def gloo_caveat(configs: list[Config]) -> list[str]:
+    """The line that must stand beside any speed of a sharding backend measured on CPU (gloo)."""
+    shown = sorted({c.backend for c in configs if c.backend in SHARDING and c.ok and _on_cpu(c.ok[0])})
+    if not shown:
+        return []
+    return [
+        f"On CPU ({', '.join(shown)}): gloo has no reduce-scatter, and PyTorch carries out FSDP's with an all-reduce "
+        "of the whole gradient (pytorch/pytorch#118911), so each rank receives W times what NCCL's reduce-scatter "
+        "sends it. These samples/s are not FSDP's speed on a GPU cluster (docs/fsdp.md).",
+        "",
+    ]
+
+
+def _on_cpu(rec: dict) -> bool:
+    return (rec.get("environment") or {}).get("device", "cpu") == "cpu"
+
+
 def _steps_line(configs: list[Config]) -> str:
     ok = [r for c in configs for r in c.ok]
     steps = sorted({r["steps"] for r in ok})
@@ -380,13 +437,15 @@ def markdown(
         lines += [f"Built by `{built_by}` from the sweeps listed under Commands.", ""]
     for task in dict.fromkeys(c.task for c in configs):
         mine = [c for c in configs if c.task == task]
-        lines += [f"## {task}", "", _steps_line(mine), "", *table_lines([config_row(c, configs) for c in mine]), ""]
+        rows = [config_row(c, configs) for c in mine]
+        lines += [f"## {task}", "", _steps_line(mine), "", *table_lines(rows), "", *gloo_caveat(mine)]
+        lines += memory_lines(rows)
         said = [f"- {v}" for v in verdicts(mine)] or ["- (one configuration)"]
         lines += ["### Verdicts", "", *said, ""]
         noise = noise_lines(mine) or ["- no reference run (`single` x1) in this sweep"]
         lines += ["### Noise", "", *noise, ""]
-        pics = [f"![{n}]({plot_dir}/{task}-{n}.png)" for n in ("throughput", "efficiency", "loss", "breakdown")]
-        lines += [" ".join(pics[:2]), "", " ".join(pics[2:]), ""]
+        pics = [f"![{n}]({plot_dir}/{task}-{n}.png)" for n in PLOTS]
+        lines += [" ".join(pics[:2]), "", " ".join(pics[2:4]), "", *pics[4:], ""]
     if baseline is not None:
         lines += [
             "## Against the baseline sweep",
@@ -493,6 +552,39 @@ def plot_series(configs: list[Config], task: str, metric: str) -> dict[str, list
     return series
 
 
+PLOTS = ("throughput", "efficiency", "loss", "breakdown", "memory")  # each task's, {task}-{name}.png
+
+
+def memory_series(configs: list[Config], task: str) -> dict[str, list[tuple[int, float]]]:
+    """Parameters + gradients + optimizer state per rank (MB) over world size: one line per backend and setting."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    for c in sorted((c for c in configs if c.task == task and c.ok), key=lambda c: c.world_size):
+        counts = c.ok[0].get("memory_per_rank") or {}
+        if counts.get("params_bytes") is None:
+            continue
+        label = c.backend + "".join(
+            f", {text}"
+            for axis, text in c.config.texts().items()
+            if axis not in ("threads", "world_size") and getattr(c.config, axis) != AXES[axis].default
+        )
+        series.setdefault(label, []).append((c.world_size, sum(counts[k] for k in KINDS) / 2**20))
+    return series
+
+
+def _memory_plot(plt, configs: list[Config], task: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for label, pts in memory_series(configs, task).items():
+        ax.plot([w for w, _ in pts], [mb for _, mb in pts], marker="o", label=label)
+    ax.set(
+        xlabel="world size (processes)",
+        ylabel="parameters + gradients + optimizer, MB",
+        title=f"{task}: state held per rank (largest rank)",
+    )
+    ax.set_xticks(sorted({c.world_size for c in configs if c.task == task and c.ok}))
+    _finish(fig, ax, path)
+    plt.close(fig)
+
+
 def plots(records: list[dict], plot_dir: Path) -> None:
     import matplotlib
 
@@ -517,6 +609,7 @@ def plots(records: list[dict], plot_dir: Path) -> None:
         _finish(fig, ax, plot_dir / f"{task}-loss.png")
         plt.close(fig)
         _breakdown_plot(plt, mine, plot_dir / f"{task}-breakdown.png", task)
+        _memory_plot(plt, configs, task, plot_dir / f"{task}-memory.png")
 
 
 def _breakdown_plot(plt, configs: list[Config], path: Path, task: str) -> None:

@@ -40,6 +40,8 @@ class Task(Protocol):
     def collate(self, samples): ...
     def step(self, model: nn.Module, batch) -> torch.Tensor: ...  # the mean loss; no backward here
     def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]: ...  # sums: correct, count, loss_sum
+    # optional: the submodules a sharding backend (fsdp) shards one by one, inner before outer (none: the root alone)
+    def shard_units(self, model: nn.Module) -> list[nn.Module]: ...
 
 
 # The built-in tasks; any other `--task` is a user's `package.module:Class` or `path/to/file.py:Class`.
@@ -48,7 +50,7 @@ TASKS = {
     "bert-sentiment": "distbench.tasks.bert:BertSentimentTask",
     "synthetic-resnet": "distbench.tasks.synthetic:SyntheticResnetTask",
 }
-REQUIRED = ("build_model", "build_optimizer", "datasets", "collate", "step", "evaluate")  # build_scheduler: optional
+REQUIRED = ("build_model", "build_optimizer", "datasets", "collate", "step", "evaluate")  # and optional ones
 GENERIC_DEFAULTS = {"epochs": 1, "batch_size": 32}  # for a task whose `defaults` leave them out
 EVAL_KEYS = ("loss_sum", "correct", "count")
 

@@ -36,6 +36,9 @@ class BertSentimentTask:
     def build_model(self) -> nn.Module:
         return build_classifier(self.cfg.model, num_labels=2, dropout=self.cfg.dropout, vocab_size=len(self.tokenizer))
 
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        return list(model.base_model.encoder.layer)  # its encoder layers
+
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         # The usual BERT fine-tuning recipe: no weight decay on biases and LayerNorm weights. The head (the
         # pooler and the new classifier) may learn faster than the pretrained encoder (--head-lr).

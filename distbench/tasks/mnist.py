@@ -25,6 +25,9 @@ class MnistTask(TensorClassification):
     def build_model(self) -> nn.Module:
         return ConvNet(dropout=self.cfg.dropout)
 
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        return [model.conv1, model.conv2, model.fc1, model.fc2]  # its layers
+
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.Adadelta(model.parameters(), lr=self.cfg.lr)
 

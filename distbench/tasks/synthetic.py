@@ -36,6 +36,9 @@ class SyntheticResnetTask(TensorClassification):
     def build_model(self) -> nn.Module:
         return build_resnet(self.arch, NUM_CLASSES)
 
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        return [model.layer1, model.layer2, model.layer3, model.layer4]  # its stages
+
     def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
         return torch.optim.SGD(model.parameters(), lr=self.cfg.lr)  # as Horovod's benchmark (there: x world size)
 

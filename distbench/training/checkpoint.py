@@ -60,8 +60,11 @@ def save(ckpt: Checkpoint, path: Path) -> None:
         raise
 
 
-def load(path: Path, config: dict, world_size: int) -> Checkpoint:
-    """Read and check a checkpoint; any problem is one clear line (UserError), the file left as it is."""
+def load(path: Path, config: dict) -> Checkpoint:
+    """Read and check a checkpoint; any problem is one clear line (UserError), the file left as it is.
+
+    It may be resumed at another world size: the model, optimizer, step and data order are global (the global
+    batch is fixed), so they continue exactly; only the per-rank random streams cannot (see Trainer.restore)."""
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # truncated zip, wrong format, disallowed pickle: all "unreadable"
@@ -78,11 +81,6 @@ def load(path: Path, config: dict, world_size: int) -> Checkpoint:
                 f"checkpoint {path} was written with {flag(key)} {saved.get(key)}, this run has "
                 f"{config.get(key)}; use another --checkpoint-dir"
             )
-    if state["world_size"] != world_size:
-        raise UserError(
-            f"checkpoint {path} was written at world size {state['world_size']}; resume it with "
-            f"{state['world_size']} processes (each rank's RNG state is restored) or use another --checkpoint-dir"
-        )
     max_steps = config.get("max_steps")
     if max_steps is not None and state["step"] > max_steps:
         raise UserError(

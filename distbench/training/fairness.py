@@ -19,6 +19,13 @@ EARLY_STEPS = 10  # ... over the first steps: later, training amplifies the reor
 # averaging bug differs from the first step by 1e-2 or more. Measured on this workplace's AMD EPYC host, single x1
 # against ddp x2 (MNIST, 50 steps, Adadelta lr 0.5): 1.2e-06 at step 10, 3e-04 at step 20, 7e-03 at step 44.
 LATE_TOLERANCE = 0.05  # per step after EARLY_STEPS
+# A run in 16 bits (bf16 computation, fp16/bf16 gradients on the wire) against the same run in fp32: the rounding
+# drifts the trajectory most while the loss falls fast, and it comes back as both converge. Per step: measured on
+# MNIST x2, 0.055 over 50 steps for fp16 gradients (ddp), 0.045 over the first EARLY_STEPS for bf16 parameters and
+# computation (fsdp; 0.25 at step 18 of 50, where the loss falls fastest); about twice the largest seen. The
+# evaluation loss after 50 steps: within 0.5 % (fp16 gradients) and 0.34 % (bf16 computation).
+ROUNDING_TOLERANCE = 0.1
+ROUNDING_EVAL_TOLERANCE = 0.02  # relative
 CHECKSUM_TOLERANCE = 0.02  # relative difference of the parameter checksums after training (5e-3 seen: MNIST, 50 steps)
 _SAMPLES = 8  # samples of each dataset that go into its fingerprint, spread over it
 

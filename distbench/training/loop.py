@@ -27,7 +27,7 @@ from distbench.launching import launch, topology
 from distbench.launching.affinity import pin_process
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
-from distbench.training import checkpoint, fairness, rng
+from distbench.training import checkpoint, fairness, memory, rng
 from distbench.training.record import Facts, build_record
 from distbench.training.reporter import Reporter
 from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, StartupClock, StepTimer, warmup_steps
@@ -51,14 +51,15 @@ def evaluate(task: Task, model, loader, backend: Backend) -> dict:
     model.eval()
     totals = torch.zeros(3, dtype=torch.float64)
     with torch.no_grad(), backend.autocast():
-        for batch in loader:
+        for batch, counted in lockstep(loader, backend):
             out = task.evaluate(model, move_to(batch, backend.device))
             if not isinstance(out, dict) or any(k not in out for k in EVAL_KEYS):
                 raise UserError(
                     f"task {task.name}: evaluate must return a dict of sums {', '.join(EVAL_KEYS)}; got "
                     f"{sorted(out) if isinstance(out, dict) else type(out).__name__}"
                 )
-            totals += torch.stack([torch.as_tensor(out[k], dtype=torch.float64).sum().cpu() for k in EVAL_KEYS])
+            if counted:
+                totals += torch.stack([torch.as_tensor(out[k], dtype=torch.float64).sum().cpu() for k in EVAL_KEYS])
     model.train(was_training)
     totals = backend.all_reduce(totals.to(backend.device), ReduceOp.SUM).cpu()
     loss_sum, correct, count = totals.tolist()
@@ -67,6 +68,23 @@ def evaluate(task: Task, model, loader, backend: Backend) -> dict:
         "loss": loss_sum / count if count else float("nan"),
         "count": int(round(count)),
     }
+
+
+def lockstep(loader, backend: Backend):
+    """(batch, counted) for each of this rank's evaluation batches. Where every forward is a collective (a sharded
+    model all-gathers its parameters), a rank whose share has fewer batches than another's runs its first batch
+    again, uncounted, until every rank has run as many forwards."""
+    if not backend.forward_is_collective:
+        yield from ((batch, True) for batch in loader)
+        return
+    rounds = int(backend.all_reduce(torch.tensor([len(loader)], device=backend.device), ReduceOp.MAX).item())
+    first = None
+    for batch in loader:
+        first = batch if first is None else first
+        yield batch, True
+        rounds -= 1
+    for _ in range(rounds):
+        yield first, False
 
 
 def _inject_fault(launch_env: launch.LaunchEnv, step: int) -> None:
@@ -110,7 +128,9 @@ def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, cloc
     optimizer = task.build_optimizer(model)
     train_loader = backend.train_loader(train_ds, task.collate, cfg.batch_size, cfg.seed)
     test_loader = backend.eval_loader(test_ds, task.collate, cfg.eval_batch_size)
-    model, optimizer, train_loader = backend.prepare(model, optimizer, train_loader)
+    shard_units = getattr(task, "shard_units", None)  # optional in the Task interface: none, the root alone
+    units = list(shard_units(model)) if shard_units else []
+    model, optimizer, train_loader = backend.prepare(model, optimizer, train_loader, units)
     steps_per_epoch = backend.steps_per_epoch
     total_steps = cfg.epochs * steps_per_epoch
     if cfg.max_steps is not None:
@@ -138,13 +158,15 @@ class Checkpointer:
     def save(self, step: int, loss_history: list[float]) -> None:
         backend, parts = self.backend, self.parts
         gathered = rng.gather(backend.all_gather, backend.device)
+        model = backend.model_state_dict(parts.model)  # collectives where the state is sharded: on every rank
+        optimizer = backend.optimizer_state_dict(parts.model, parts.optimizer)
         if backend.is_main:
             scheduler = parts.scheduler.state_dict() if parts.scheduler is not None else None
             ckpt = checkpoint.Checkpoint(
                 step,
                 backend.world_size,
-                backend.unwrap(parts.model).state_dict(),
-                parts.optimizer.state_dict(),
+                model,
+                optimizer,
                 scheduler,
                 gathered,
                 torch.tensor(loss_history, dtype=torch.float64),
@@ -171,15 +193,28 @@ class Trainer:
                 f"the checkpoint in {self.cfg.checkpoint_dir} is at step {ckpt.step}, past this run's last "
                 f"step {parts.total_steps}; raise --max-steps/--epochs or use another --checkpoint-dir"
             )
-        backend.unwrap(parts.model).load_state_dict(ckpt.model)
-        parts.optimizer.load_state_dict(ckpt.optimizer)
+        backend.load_model_state_dict(parts.model, ckpt.model)
+        backend.load_optimizer_state_dict(parts.model, parts.optimizer, ckpt.optimizer)
         if parts.scheduler is not None and ckpt.scheduler is not None:
             parts.scheduler.load_state_dict(ckpt.scheduler)
-        rng.restore_rank(ckpt.rng, backend.rank, backend.device)
+        self.restore_random_streams(ckpt)
         self.step, self.prior_losses = ckpt.step, ckpt.loss_history.tolist()
         at = "its last step: nothing left to train" if self.step == parts.total_steps else f"step {self.step}"
         self.reporter.info(
             f"resuming from {self.checkpointer.path} at {at} (epoch {self.step // parts.steps_per_epoch + 1})"
+        )
+
+    def restore_random_streams(self, ckpt: checkpoint.Checkpoint) -> None:
+        """Each rank's generators as the checkpoint left them; at another world size there is no such rank to
+        continue, so each rank's stream (dropout's masks) starts afresh from --seed, the step and its rank."""
+        backend = self.backend
+        if ckpt.world_size == backend.world_size:
+            rng.restore_rank(ckpt.rng, backend.rank, backend.device)
+            return
+        torch.manual_seed(self.cfg.seed + 1 + backend.rank + 1_000_003 * ckpt.step)
+        self.reporter.info(
+            f"the checkpoint was written at world size {ckpt.world_size}, this run has {backend.world_size}: the "
+            "model, optimizer, step and data order continue; each rank's random stream (dropout) starts afresh"
         )
 
     def loss_history(self) -> list[float]:
@@ -255,6 +290,7 @@ class Trainer:
             if epoch < n_epochs - 1 and cfg.target_accuracy is not None:
                 evals.append(self.evaluate(epoch, timer))
         timer.finish()
+        self.memory = memory.per_rank(parts.model, parts.optimizer, self.backend)  # the gradients of the last step
         self.reporter.close()
         evals.append(self.evaluate(max(0, n_epochs - 1), timer))  # at the end: also a run resumed at its end
         return timer, evals
@@ -291,7 +327,7 @@ def run(cfg: RunConfig) -> dict:
     resume = None
     if cfg.checkpoint_dir is not None and checkpoint.path_in(cfg.checkpoint_dir).is_file():
         # checked before any process group starts: a bad checkpoint is one line, exit 2
-        resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict(), launch_env.world_size)
+        resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict())
     backend_class = spec.load()
     clock.mark("imports")
     facts = Facts(clock, started_at=datetime.now(UTC).isoformat(timespec="seconds"))

@@ -102,11 +102,19 @@ def placement(backend: Backend) -> list[tuple[int, list[int]]]:
     return [(int(row[0]), torch.nonzero(row[1:]).flatten().tolist()) for row in rows]
 
 
+def param_checksum(backend: Backend, model) -> float:
+    """The sum of every parameter, whole (a sharded model's state dict gathers them: a collective)."""
+    state = backend.model_state_dict(model)
+    if not state:  # a sharded model's whole state is gathered on the main process only
+        return float("nan")
+    return float(sum(state[name].double().sum() for name, _ in backend.unwrap(model).named_parameters()))
+
+
 def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[dict]) -> dict:
     backend, cfg, parts = trainer.backend, trainer.cfg, trainer.parts
     loss_history = trainer.loss_history()
     peak = backend.all_reduce(torch.tensor([peak_memory_mb(backend)], device=backend.device), ReduceOp.MAX).item()
-    checksum = float(sum(p.detach().double().sum() for p in backend.unwrap(parts.model).parameters()))
+    checksum = param_checksum(backend, parts.model)
     final = evals[-1]
     first_step = timer.first_step_unix
     if first_step is not None:
@@ -132,6 +140,8 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "startup_phases_s": facts.startup.phases(),  # where it went (timer.STARTUP_PHASES)
         "first_step_unix": first_step,  # lets a driver measure launch-to-first-step, launcher included
         "peak_rss_mb": peak,
+        # the largest rank's bytes of parameters, gradients and optimizer state it holds (training/memory.py)
+        "memory_per_rank": trainer.memory,
         "final_loss": loss_history[-1] if loss_history else float("nan"),
         "loss_history": loss_history,
         "eval_accuracy": final["accuracy"],

@@ -8,13 +8,13 @@ import sys
 import pytest
 
 from benchmarks.harness import last_json
-from distbench.backends import DISTRIBUTED
+from distbench.backends import ALL_REDUCING
 from tests.helpers import py, run_in
 
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("backend", DISTRIBUTED)
+@pytest.mark.parametrize("backend", ALL_REDUCING)  # the libraries with a hand-written loop (benchmarks/handwritten)
 def test_a_pinned_hand_written_loop_runs_on_its_local_ranks_cores_in_step(tmp_path, backend):
     """Each loop pins as distbench does, and trains through its library's wrapper: its ranks end with the same
     parameters (the DDP and Accelerate loops once called the module under the wrapper and exchanged nothing)."""

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from distbench.backends import DISTRIBUTED
+from distbench.backends import DISTRIBUTED, NAMES
 from tests.helpers import py, run_in
 
 
@@ -52,7 +52,7 @@ def test_synthetic_resnet_under_every_backend(tmp_path):
     sharded, and the single run at 1 thread is the x2 runs' reference."""
     out = tmp_path / "sweep"
     cmd = py(
-        "run.py compare --task synthetic-resnet --backends single,ddp,accelerate,horovod --nprocs 2 "
+        f"run.py compare --task synthetic-resnet --backends {','.join(NAMES)} --nprocs 2 "
         "--max-steps 3 --batch-size 8 --extra",
         "--model resnet18 --image-size 32",
         "--out",
@@ -62,7 +62,7 @@ def test_synthetic_resnet_under_every_backend(tmp_path):
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     done = {(r["backend"], r["world_size"], r["environment"]["threads_per_process"]) for r in records}
-    assert done == {("single", 1, 1), ("ddp", 2, 1), ("accelerate", 2, 1), ("horovod", 2, 1)}
+    assert done == {("single", 1, 1), *((b, 2, 1) for b in DISTRIBUTED)}
     assert all(r["accuracy_meaningful"] is False and r["eval_count"] == 64 for r in records)
     assert all(r["dataset"]["model"] == "resnet18" and len(set(r["data_fingerprints"])) == 1 for r in records)
     assert "n/a: synthetic data" in (out / "report.md").read_text()

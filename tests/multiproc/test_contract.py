@@ -11,8 +11,22 @@ from tests.helpers import run_in
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
     "backend,launcher",
-    [("ddp", None), ("accelerate", None), ("accelerate", TORCHRUN), ("horovod", None)],
-    ids=["ddp-torchrun", "accelerate-launch", "accelerate-torchrun", "horovod-horovodrun"],
+    [
+        ("ddp", None),
+        ("accelerate", None),
+        ("accelerate", TORCHRUN),
+        ("horovod", None),
+        ("fsdp", None),
+        ("accelerate-fsdp", None),
+    ],
+    ids=[
+        "ddp-torchrun",
+        "accelerate-launch",
+        "accelerate-torchrun",
+        "horovod-horovodrun",
+        "fsdp-torchrun",
+        "accelerate-fsdp-launch",
+    ],
 )
 def test_contract_holds_on_every_rank(tmp_path, backend, launcher):
     launcher = launcher or REGISTRY[backend].launchers[0]

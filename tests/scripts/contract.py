@@ -3,6 +3,7 @@
     torchrun --nproc_per_node 2 -m tests.scripts.contract --backend ddp
     accelerate launch --multi_gpu --num_processes 2 ... -m tests.scripts.contract --backend accelerate
     horovodrun -np 2 python -m tests.scripts.contract --backend horovod
+    torchrun --nproc_per_node 2 -m tests.scripts.contract --backend fsdp
 
 Each `check_*` asserts on its own rank; a failed check raises, the launcher reports the failure, and the
 pytest test (tests/test_contract.py) fails with the captured output. The main process prints
@@ -115,7 +116,9 @@ def train_a_few_steps(backend: Backend) -> tuple[nn.Module, list]:
 
 
 def check_parameters_agree(backend: Backend, model: nn.Module) -> None:
-    mine = torch.cat([p.detach().flatten() for p in backend.unwrap(model).parameters()]).cpu()
+    # a sharded parameter (fsdp's DTensor) is compared whole: full_tensor() all-gathers its shards
+    whole = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in backend.unwrap(model).parameters()]
+    mine = torch.cat([p.detach().flatten() for p in whole]).cpu()
     everyone = backend.all_gather(mine.to(backend.device)).cpu()
     for r, theirs in enumerate(everyone):
         assert torch.equal(theirs, mine), f"rank {backend.rank}: parameters differ from rank {r}'s"

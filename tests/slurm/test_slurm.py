@@ -44,11 +44,12 @@ def _on_both_nodes(rec: dict) -> None:
 
 @pytest.fixture(scope="module")
 def usual_sweep(slurm_conf, tmp_path_factory):
-    """Two rounds of every backend at 2 nodes x 1 process, each started its usual Slurm way."""
+    """Two rounds of each library at 2 nodes x 1 process, each started its usual Slurm way (fsdp for the sharding
+    ones: accelerate-fsdp starts as accelerate does)."""
     tmp = tmp_path_factory.mktemp("slurm-usual")
     out = tmp / "sweep"
     cmd = py(
-        f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod {SWEEP} --repeats 2 --out", out
+        f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod,fsdp {SWEEP} --repeats 2 --out", out
     )
     run_cmd(_salloc(*cmd), timeout=900, env=child_env(tmp, SLURM_CONF=str(slurm_conf)))
     return out
@@ -64,7 +65,12 @@ def test_each_library_on_two_nodes_reproduces_the_single_process(usual_sweep):
         _follows(rec, reference)
         _on_both_nodes(rec)
         launchers[rec["backend"]] = rec["launcher"]
-    assert launchers == {"ddp": "torchrun", "accelerate": "accelerate launch", "horovod": "horovodrun"}
+    assert launchers == {
+        "ddp": "torchrun",
+        "accelerate": "accelerate launch",
+        "horovod": "horovodrun",
+        "fsdp": "torchrun",
+    }
     assert "srun --nodes 2 --ntasks 2 --ntasks-per-node 1" in next(r for r in recs if r["backend"] == "ddp")["command"]
 
 
@@ -74,7 +80,7 @@ def test_a_two_round_slurm_sweep_writes_the_usual_report_with_verdicts(usual_swe
     assert "### Verdicts" in report and "| ddp x2 |" in report and "| horovod x2 |" in report
     assert "horovod x2 vs ddp x2" in report or "horovod x2 is" in report
     assert "- nodes: 1, 2, Slurm's (job steps of job" in report
-    assert len(_records(usual_sweep)) == 8  # 4 configurations x 2 rounds
+    assert len(_records(usual_sweep)) == 10  # 5 configurations x 2 rounds
 
 
 @pytest.mark.timeout(600)

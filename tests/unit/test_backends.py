@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from distbench.backends import DISTRIBUTED, NAMES, REFERENCE, REGISTRY, command
+from distbench.backends import ALL_REDUCING, DISTRIBUTED, NAMES, REFERENCE, REGISTRY, SHARDING, command
 from distbench.backends.base import Backend, ReduceOp
 from distbench.backends.single import SingleBackend
 from distbench.config import RunConfig
@@ -38,11 +38,12 @@ def test_max_grad_norm_0_really_skips_clipping(monkeypatch, max_grad_norm, clips
 
 
 def test_the_registry_is_the_one_list_of_backends():
-    assert NAMES == ("single", "ddp", "accelerate", "horovod")
+    assert NAMES == ("single", "ddp", "accelerate", "horovod", "fsdp", "accelerate-fsdp")
     from distbench.cli.declared import backend_choices
 
     assert [b.value for b in backend_choices()] == list(NAMES)  # the CLI's --backend choices
-    assert (REFERENCE, DISTRIBUTED) == ("single", ("ddp", "accelerate", "horovod"))
-    assert [REGISTRY[n].launchers[0] for n in NAMES] == [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN]
+    assert (REFERENCE, DISTRIBUTED) == ("single", ("ddp", "accelerate", "horovod", "fsdp", "accelerate-fsdp"))
+    assert (ALL_REDUCING, SHARDING) == (("ddp", "accelerate", "horovod"), ("fsdp", "accelerate-fsdp"))
+    assert [REGISTRY[n].launchers[0] for n in NAMES] == [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, TORCHRUN, ACCELERATE]
     with pytest.raises(UserError, match="unknown backend 'mpi'"):
         command("mpi", 2, [])

@@ -114,3 +114,32 @@ def test_a_section_is_replaced_not_appended():
     assert once == "# P\n\n## A\n\nnew\n\n## B\n\nb\n"
     assert replace_section(once, "## A", ["## A", "", "new", ""]) == once
     assert replace_section("# P\n", "## C", ["## C", "", "c"]) == "# P\n\n## C\n\nc"
+
+
+def test_fsdp_benchmark_section_gives_each_state_against_x1_and_the_caveat(tmp_path):
+    from benchmarks.fsdp import main
+    from tests.helpers import synthetic_record
+
+    mib = 2**20
+    lines = []
+    for rnd in (1, 2, 3, 4, 5):
+        for backend, world, params in (("single", 1, mib), ("ddp", 2, mib), ("fsdp", 1, mib), ("fsdp", 2, mib // 2)):
+            rec = synthetic_record(backend, world, 1, rnd, 1000.0 * world**0.5 + rnd)
+            counts = {"params_bytes": params, "grads_bytes": params, "optimizer_bytes": 2 * params}
+            rec |= {"memory_per_rank": counts, "environment": {"device": "cpu"}, "global_batch_size": 64}
+            lines.append(json.dumps(rec))
+    sweep = tmp_path / "mnist"
+    sweep.mkdir()
+    (sweep / "results.jsonl").write_text("\n".join(lines) + "\n")
+    (sweep / "sweep.json").write_text(
+        json.dumps({"command": "compare ...", "started_at": "t", "repeats": 5, "order_seed": 0})
+    )
+    out = tmp_path / "fsdp.md"
+    out.write_text("# FSDP\n\nkept\n\n## mnist\n\nold\n")
+    main([sweep], out)
+    text = out.read_text()
+    assert "kept" in text and "old" not in text  # only its own section replaced
+    # parameters, gradients, optimizer, their sum, and the sum over the same backend's x1
+    assert "| fsdp x2 | 0.500 | 0.500 | 1.000 | 2.000 | 0.500 | 900 |" in text
+    assert "| ddp x2 | 1.000 | 1.000 | 2.000 | 4.000 | — | 900 |" in text  # no ddp x1 in this sweep
+    assert "On CPU (fsdp): gloo has no reduce-scatter" in text and "fsdp x2 vs ddp x2" in text

@@ -1,5 +1,8 @@
 """The report of a sweep (distbench/sweep/report.py) on synthetic records: tables, verdicts, noise, labels, plots."""
 
+import csv
+import json
+
 import pytest
 
 from distbench.sweep import report
@@ -87,3 +90,41 @@ def test_report_of_a_sweep_interrupted_before_any_run(tmp_path):
     (tmp_path / "results.jsonl").write_text("")
     text = report.write_report([tmp_path], tmp_path)
     assert text.startswith("# distbench comparison") and (tmp_path / "summary.csv").is_file()
+
+
+def _with_memory(backend: str, world: int, rnd: int, params: int, device: str = "cpu") -> dict:
+    rec = synthetic_record(backend, world, 1, rnd, 1000.0 + rnd)
+    counts = {"params_bytes": params, "grads_bytes": params, "optimizer_bytes": 2 * params + 32}
+    return {**rec, "memory_per_rank": {**counts, "peak_allocated_bytes": None}, "environment": {"device": device}}
+
+
+MIB = 2**20
+
+
+def test_memory_per_rank_is_tabled_and_plotted_and_a_sharding_speed_stands_beside_the_gloo_caveat(tmp_path):
+    records = [
+        _with_memory(b, w, rnd, MIB // (w if b == "fsdp" else 1))
+        for rnd in (1, 2, 3)
+        for b, w in (("single", 1), ("ddp", 2), ("fsdp", 1), ("fsdp", 2))
+    ]
+    (tmp_path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = report.write_report([tmp_path], tmp_path)
+    # parameters | gradients | optimizer | sum (MB), peak allocated (none on a CPU), peak RSS
+    assert "| ddp x2 | 1.00 | 1.00 | 2.00 | 4.00 | — | 900 |" in text
+    assert "| fsdp x2 | 0.50 | 0.50 | 1.00 | 2.00 | — | 900 |" in text
+    assert "On CPU (fsdp): gloo has no reduce-scatter" in text and "pytorch/pytorch#118911" in text
+    assert report.memory_series(report.configurations(records), "mnist")["fsdp"] == [
+        (1, 4.0 + 32 / MIB),
+        (2, 2.0 + 32 / MIB),
+    ]
+    assert (tmp_path / "mnist-memory.png").stat().st_size > 0 and "mnist-memory.png" in text
+    rows = list(csv.DictReader((tmp_path / "summary.csv").open()))
+    assert [int(r["params_bytes"]) for r in rows if r["backend"] == "fsdp"] == [MIB, MIB // 2]
+
+
+def test_no_caveat_without_a_sharding_backend_or_on_a_gpu():
+    ddp = [_with_memory("ddp", 2, rnd, MIB) for rnd in (1, 2)]
+    on_gpu = [_with_memory("fsdp", 2, rnd, MIB, device="cuda:0") for rnd in (1, 2)]
+    assert "gloo has no reduce-scatter" not in report.markdown(ddp + on_gpu, [], ".")
+    old = [synthetic_record("ddp", 2, 1, rnd, 1000.0) for rnd in (1, 2)]  # records from before memory_per_rank
+    assert "Memory per rank" not in report.markdown(old, [], ".")

@@ -1,0 +1,101 @@
+"""docs/fsdp.md's tables, from `compare` sweeps of single, ddp, fsdp and accelerate-fsdp at world sizes 1 and 2.
+
+    python -m benchmarks.fsdp docs/results/fsdp/mnist docs/results/fsdp/synthetic-resnet docs/results/fsdp/bert \
+        [--out docs/fsdp.md]
+
+For each configuration: the state each rank holds (parameters, gradients, optimizer: the record's exact
+memory_per_rank, the largest rank's) and its ratio to the same backend's x1, the peak RSS, and samples/s with its
+interval and the speed-up over the same rounds' `single` x1; then the verdicts between backends at the same world
+size. The sharding backends' speeds stand beside the gloo caveat, as everywhere they are shown. Only this file's own
+sections are replaced (one per task).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from benchmarks.harness import ROOT, replace_section
+from distbench.backends import REFERENCE
+from distbench.sweep import stats
+from distbench.sweep.report import Config, comparisons, config_row, configurations, gloo_caveat, load
+from distbench.training.memory import KINDS
+
+
+def _mb(value: float | None) -> str:
+    return "—" if value is None else f"{value / 2**20:.3f}"
+
+
+def state_bytes(row: dict) -> int | None:
+    return None if row.get("params_bytes") is None else sum(row[k] for k in KINDS)
+
+
+def rows(configs: list[Config]) -> list[dict]:
+    out = [config_row(c, configs) for c in configs if c.ok]
+    at_one = {r["backend"]: state_bytes(r) for r in out if r["world_size"] == 1}
+    for r in out:
+        one = at_one.get(r["backend"])
+        r["state_bytes"] = state_bytes(r)
+        r["of_x1"] = r["state_bytes"] / one if one and r["state_bytes"] is not None else None
+    return out
+
+
+def _interval(r: dict, name: str, spec: str) -> str:
+    lo, hi = r.get(f"{name}_lo"), r.get(f"{name}_hi")
+    value = r.get(name)
+    if value is None:
+        return "—"
+    return f"{value:{spec}}" + (f" ({lo:{spec}}-{hi:{spec}})" if lo is not None and hi is not None else "")
+
+
+def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
+    mine = [c for c in configs if c.task == task]
+    ok = next(c for c in mine if c.ok).ok[0]
+    lines = [
+        f"## {task}",
+        "",
+        f"Sweep: `{sweep['command']}` ({sweep['started_at']}; {sweep['repeats']} rounds, order seed "
+        f"{sweep['order_seed']}); global batch {ok['global_batch_size']}, {ok['steps']} steps.",
+        "",
+        "| configuration | parameters MB | gradients MB | optimizer MB | state MB | state / x1 | peak RSS MB | "
+        "samples/s median (95 % CI) | speed-up over single x1 (CI) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows(mine):
+        of_x1 = "—" if r["of_x1"] is None else f"{r['of_x1']:.3f}"
+        lines.append(
+            f"| {r['label']} | {' | '.join(_mb(r.get(k)) for k in KINDS)} | {_mb(r['state_bytes'])} | {of_x1} | "
+            f"{r['peak_rss_mb']:.0f} | {_interval(r, 'samples_per_sec', '.1f')} | {_interval(r, 'speedup', '.2f')} |"
+        )
+    lines += ["", *gloo_caveat(mine), "Verdicts (paired within rounds):", ""]
+    for a, b, ratio in comparisons(mine):
+        if REFERENCE not in (a.split()[0], b.split()[0]):
+            lines.append(f"- {stats.verdict(a, b, ratio)}")
+    return lines + ["", f"![memory per rank](results/fsdp/{_folder(task)}/{task}-memory.png)", ""]
+
+
+def _folder(task: str) -> str:
+    return {"bert-sentiment": "bert"}.get(task, task)
+
+
+def main(
+    dirs: Annotated[list[Path], typer.Argument(help="Folders written by `run.py compare` (docs/fsdp.md names them).")],
+    out: Annotated[Path, typer.Option()] = ROOT / "docs" / "fsdp.md",
+) -> None:
+    text = out.read_text() if out.exists() else "# FSDP\n"
+    for d in dirs:
+        loaded = load([d])
+        configs = configurations(loaded.records)
+        for task in dict.fromkeys(c.task for c in configs):
+            section = task_section(task, configs, loaded.sweeps[0])
+            text = replace_section(text, section[0], section)
+            print("\n".join(section))
+    out.write_text(text.rstrip("\n") + "\n")
+    print(f"written: {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    typer.run(main)

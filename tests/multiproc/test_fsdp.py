@@ -1,0 +1,76 @@
+"""FSDP2, native (backends/fsdp.py, under torchrun) and through Accelerate (accelerate-fsdp, under accelerate launch),
+for real on CPU/gloo: memory per rank halves at x2 where DDP's does not, a checkpoint written sharded at x2 resumes
+at x1 and replicated at x2 with the next-step loss of a straight run,
+and bf16 through FSDP's MixedPrecisionPolicy follows fp32. Their loss curves against single (MNIST, tiny BERT),
+accumulation and compression are in test_equivalence, test_bert and test_knobs, with every backend."""
+
+import shutil
+
+import pytest
+
+from distbench.training import fairness
+from tests.helpers import child_env, launch, read_record, run_cmd
+
+COMMON = ["--no-progress", "--threads", "1", "--dropout", "0"]  # with the default batch: mnist_run's settings
+
+
+def run(tmp_path, backend, nprocs, args, name):
+    out = tmp_path / f"{name}.json"
+    run_cmd(launch(backend, nprocs, [*args, *COMMON, "--output", str(out)]), timeout=240, env=child_env(tmp_path))
+    return read_record(out)
+
+
+@pytest.mark.timeout(600)
+def test_fsdp_holds_half_of_each_state_per_rank_at_two_where_ddp_holds_all(mnist_run):
+    counts = {(b, n): mnist_run(b, n)["memory_per_rank"] for b in ("fsdp", "ddp") for n in (1, 2)}
+    for kind in ("params_bytes", "grads_bytes", "optimizer_bytes"):
+        one, two = counts["fsdp", 1][kind], counts["fsdp", 2][kind]
+        # each shard is ceil(rows / 2) rows of every parameter: at most one row of padding per parameter
+        assert one / 2 <= two <= one / 2 + 4 * 8 * 4608, kind
+        assert counts["ddp", 1][kind] == counts["ddp", 2][kind] == one > 0, kind
+    # Adadelta: two tensors per parameter, and a one-element float32 `step` for each of the ConvNet's 8
+    assert counts["fsdp", 1]["optimizer_bytes"] == 2 * counts["fsdp", 1]["params_bytes"] + 4 * 8
+    # Accelerate shards the same units (the ConvNet's layers, named by class) the same way: the same counts
+    assert mnist_run("accelerate-fsdp", 2)["memory_per_rank"] == counts["fsdp", 2]
+
+
+@pytest.mark.timeout(600)
+def test_a_sharded_checkpoint_resumes_at_another_world_size_and_replicated_with_the_next_step_loss(tmp_path, mnist_run):
+    """Written by fsdp x2 at step 3: resumed by fsdp x1 and by ddp x2 (x1 to x2 measured too: 0.0 difference). Each
+    resumed run's steps 4-6 are the straight run's (dropout off: no per-rank random stream to continue; the straight
+    run is the shared 50-step one: MNIST's learning rate changes only at an epoch's end, so its first 6 steps are a
+    6-step run's)."""
+    straight = mnist_run("ddp", 2)["loss_history"][:6]
+
+    def resume(written_by: tuple[str, int], resumed_by: tuple[str, int]) -> dict:
+        ckpt = tmp_path / f"ck-{written_by[0]}{written_by[1]}"
+        if not ckpt.exists():
+            run(
+                tmp_path,
+                *written_by,
+                ["--max-steps", "3", "--checkpoint-every", "3", "--checkpoint-dir", str(ckpt)],
+                f"w{written_by[1]}",
+            )
+        mine = tmp_path / f"{ckpt.name}-to-{resumed_by[0]}{resumed_by[1]}"
+        shutil.copytree(ckpt, mine)
+        return run(tmp_path, *resumed_by, ["--max-steps", "6", "--checkpoint-dir", str(mine)], mine.name)
+
+    for written_by, resumed_by in [(("fsdp", 2), ("fsdp", 1)), (("fsdp", 2), ("ddp", 2))]:
+        resumed = resume(written_by, resumed_by)
+        assert resumed["resumed_from_step"] == 3 and len(resumed["loss_history"]) == 6, (written_by, resumed_by)
+        diff = max(abs(a - b) for a, b in zip(resumed["loss_history"][3:], straight[3:], strict=True))
+        print(f"{written_by} -> {resumed_by}: steps 4-6 within {diff:.2e} of the straight run")
+        assert diff < fairness.LOSS_TOLERANCE, (written_by, resumed_by)
+
+
+@pytest.mark.timeout(400)
+def test_fsdp_in_bf16_follows_fp32(mnist_run):
+    """FSDP's MixedPrecisionPolicy (bf16 parameters and computation, fp32 reduction) against fp32: per step over the
+    first steps, and the evaluation loss at the end (fairness.ROUNDING_*: the drift in between is rounding's)."""
+    fp32, bf16 = mnist_run("fsdp", 2), mnist_run("fsdp", 2, "--precision", "bf16")
+    early = fairness.EARLY_STEPS
+    worst = max(abs(a - b) for a, b in zip(fp32["loss_history"][:early], bf16["loss_history"][:early], strict=True))
+    off = abs(bf16["eval_loss"] / fp32["eval_loss"] - 1)
+    print(f"fsdp x2 bf16 against fp32: largest per-step loss difference {worst:.3e}, evaluation loss {off:.2%} off")
+    assert worst < fairness.ROUNDING_TOLERANCE and off < fairness.ROUNDING_EVAL_TOLERANCE
+    assert bf16["eval_count"] == fp32["eval_count"] == 500 and bf16["precision"] == "bf16"
