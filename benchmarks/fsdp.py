@@ -12,16 +12,13 @@ sections are replaced (one per task).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from benchmarks.harness import ROOT, replace_section
-from distbench.backends import REFERENCE
-from distbench.sweep import stats
-from distbench.sweep.report import Config, comparisons, config_row, configurations, gloo_caveat, load
+from benchmarks.harness import ROOT, library_verdicts, write_task_sections
+from distbench.sweep.report import Config, config_row, gloo_caveat
 from distbench.training.memory import KINDS
 
 
@@ -71,9 +68,7 @@ def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
             f"{r['peak_rss_mb']:.0f} | {_interval(r, 'samples_per_sec', '.1f')} | {_interval(r, 'speedup', '.2f')} |"
         )
     lines += ["", *gloo_caveat(mine), "Verdicts (paired within rounds):", ""]
-    for a, b, ratio in comparisons(mine):
-        if REFERENCE not in (a.split()[0], b.split()[0]):
-            lines.append(f"- {stats.verdict(a, b, ratio)}")
+    lines += library_verdicts(mine)
     return lines + ["", f"![memory per rank](results/fsdp/{_folder(task)}/{task}-memory.png)", ""]
 
 
@@ -85,16 +80,7 @@ def main(
     dirs: Annotated[list[Path], typer.Argument(help="Folders written by `run.py compare` (docs/fsdp.md names them).")],
     out: Annotated[Path, typer.Option()] = ROOT / "docs" / "fsdp.md",
 ) -> None:
-    text = out.read_text() if out.exists() else "# FSDP\n"
-    for d in dirs:
-        loaded = load([d])
-        configs = configurations(loaded.records)
-        for task in dict.fromkeys(c.task for c in configs):
-            section = task_section(task, configs, loaded.sweeps[0])
-            text = replace_section(text, section[0], section)
-            print("\n".join(section))
-    out.write_text(text.rstrip("\n") + "\n")
-    print(f"written: {out}", file=sys.stderr)
+    write_task_sections(dirs, out, "FSDP", task_section)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,3 +71,34 @@ def replace_section(text: str, header: str, section: list[str]) -> str:
 def write_section(out: Path, header: str, section: list[str]) -> None:
     """Replace (or append) one section of the document `out`, leaving the others as they are."""
     out.write_text(replace_section(out.read_text() if out.exists() else "", header, section).rstrip("\n") + "\n")
+
+
+def library_verdicts(configs) -> list[str]:
+    """The report's verdicts between the distributed configurations of a sweep (those against the single-process
+    reference left out: the tables give the speed-up), as markdown list lines."""
+    from distbench.backends import REFERENCE
+    from distbench.sweep import stats
+    from distbench.sweep.report import comparisons
+
+    return [
+        f"- {stats.verdict(a, b, ratio)}"
+        for a, b, ratio in comparisons(configs)
+        if REFERENCE not in (a.split()[0], b.split()[0])
+    ]
+
+
+def write_task_sections(dirs: list[Path], out: Path, title: str, task_section) -> None:
+    """For each `compare` folder and each task in it, `task_section(task, configs, sweep)` (a list of lines whose
+    first is its "## " header) replaces that section of `out` (or is appended); the other sections stay."""
+    from distbench.sweep.report import configurations, load
+
+    text = out.read_text() if out.exists() else f"# {title}\n"
+    for d in dirs:
+        loaded = load([d])
+        configs = configurations(loaded.records)
+        for task in dict.fromkeys(c.task for c in configs):
+            section = task_section(task, configs, loaded.sweeps[0])
+            text = replace_section(text, section[0], section)
+            print("\n".join(section))
+    out.write_text(text.rstrip("\n") + "\n")
+    print(f"written: {out}", file=sys.stderr)

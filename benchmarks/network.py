@@ -16,17 +16,15 @@ same work), and no communication on a CPU is free of CPU time. Only this file's 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from benchmarks.harness import ROOT, replace_section
+from benchmarks.harness import ROOT, library_verdicts, write_task_sections
 from distbench.backends import REFERENCE
 from distbench.launching import link
-from distbench.sweep import stats
-from distbench.sweep.report import Config, comparisons, configurations, load
+from distbench.sweep.report import Config
 
 
 def _reference_step_ms(configs: list[Config], task: str) -> tuple[float, int] | None:
@@ -103,9 +101,7 @@ def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
             f"{_f(r['overlap'], '.2f')} |"
         )
     lines += ["", "Verdicts (paired within rounds, same link):", ""]
-    for a, b, ratio in comparisons(mine):
-        if REFERENCE not in (a.split()[0], b.split()[0]):
-            lines.append(f"- {stats.verdict(a, b, ratio)}")
+    lines += library_verdicts(mine)
     return lines + [""]
 
 
@@ -113,17 +109,7 @@ def main(
     dirs: Annotated[list[Path], typer.Argument(help="Folders written by `run.py compare --nodes 2 --link-rate`.")],
     out: Annotated[Path, typer.Option()] = ROOT / "docs" / "network.md",
 ) -> None:
-    text = out.read_text() if out.exists() else "# Network\n"
-    for d in dirs:
-        loaded = load([d])
-        records, sweeps = loaded.records, loaded.sweeps
-        configs = configurations(records)
-        for task in dict.fromkeys(c.task for c in configs):
-            section = task_section(task, configs, sweeps[0])
-            text = replace_section(text, section[0], section)
-            print("\n".join(section))
-    out.write_text(text.rstrip("\n") + "\n")
-    print(f"written: {out}", file=sys.stderr)
+    write_task_sections(dirs, out, "Network", task_section)
 
 
 if __name__ == "__main__":
