@@ -102,7 +102,7 @@ REGISTRY: dict[str, BackendSpec] = {
         ),
         BackendSpec(
             "accelerate-fsdp",
-            "distbench.backends.accelerate_backend:AccelerateFSDPBackend",
+            "distbench.backends.accelerate_fsdp:AccelerateFSDPBackend",
             (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
             "HuggingFace Accelerate driving FSDP2 (FullyShardedDataParallelPlugin, fsdp_version=2)",
             exchange="reduce-scatter",

@@ -11,12 +11,10 @@ from datetime import timedelta
 
 import torch
 from torch import nn
-from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 from torch.utils.data import DataLoader
 
 from distbench.backends.base import Backend, ReduceOp, _own_generator
 from distbench.backends.ddp import bucket_cap_mb
-from distbench.backends.fsdp import FullStateDicts, mixed_precision_policy
 from distbench.backends.torchelastic import init_process_group, under_agent_store
 from distbench.launching.launch import LOOPBACK, PYTHON
 from distbench.sharding import GlobalBatchSampler
@@ -27,14 +25,8 @@ try:
         DataLoaderConfiguration,
         DistributedDataParallelKwargs,
         InitProcessGroupKwargs,
-        PartialState,
     )
-    from accelerate.utils import (
-        DDPCommunicationHookType,
-        DistributedType,
-        FullyShardedDataParallelPlugin,
-        GradientAccumulationPlugin,
-    )
+    from accelerate.utils import DDPCommunicationHookType, GradientAccumulationPlugin
 except ImportError as e:  # pragma: no cover - exercised only where accelerate is missing
     from distbench.errors import BackendUnavailable
 
@@ -166,49 +158,3 @@ class AccelerateBackend(Backend):
     def main_process_first(self):
         with self.accelerator.main_process_first():
             yield
-
-
-class AccelerateFSDPBackend(FullStateDicts, AccelerateBackend):
-    """Accelerate driving FSDP2: `FullyShardedDataParallelPlugin(fsdp_version=2)`; its prepare() calls fully_shard
-    on the units its auto-wrap policy names and on the root, and its accumulate() and backward() follow FSDP's rules.
-    What it adds on top of the native API (backends/fsdp.py) is what this configuration measures."""
-
-    name = "accelerate-fsdp"
-    forward_is_collective = True
-
-    def plugins(self) -> dict:
-        self._fsdp_plugin = FullyShardedDataParallelPlugin(
-            fsdp_version=2,
-            state_dict_type="FULL_STATE_DICT",
-            # bf16 parameters and 16-bit gradient reduction: the plugin's MixedPrecisionPolicy, set as fsdp's is
-            mixed_precision_policy=mixed_precision_policy(self.precision, self.grad_compression),
-        )
-        return {"fsdp_plugin": self._fsdp_plugin}
-
-    def after_accelerator(self) -> None:
-        state = self.accelerator.state
-        if state.distributed_type is DistributedType.MULTI_CPU:
-            # Accelerate: its CPU mode (cpu=True, a gloo group) ignores the FSDP plugin (accelerate/state.py enters
-            # FSDP only from a GPU-like distributed type); set what AcceleratorState sets on a GPU, in both of its
-            # shared states (every later AcceleratorState() copies PartialState's type over its own)
-            state.distributed_type, state.fsdp_plugin = DistributedType.FSDP, self._fsdp_plugin
-            PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-
-    def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
-        # Accelerate: names its shard units by class (transformer_cls_names_to_wrap), not by module: the classes of the
-        # task's units. Where such a class also names other submodules (ResNet's downsample Sequentials), those are
-        # units too. It also makes the input embeddings and a final norm units of their own where the model has them.
-        names = sorted({type(unit).__name__ for unit in shard_units})
-        # (the policy function itself: the plugin turns its string names into functions only when it is made)
-        self._fsdp_plugin.auto_wrap_policy = transformer_auto_wrap_policy if names else None
-        self._fsdp_plugin.transformer_cls_names_to_wrap = names or None
-        return self.accelerator.prepare(model, optimizer, train_loader)  # Accelerate: rebinds the optimizer itself
-
-    def autocast(self):
-        return contextlib.nullcontext()  # bf16 is the plugin's MixedPrecisionPolicy, as under fsdp
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        return model  # fully_shard changes the module's class in place
-
-    def gradient_all_reduce(self, t: torch.Tensor) -> None:
-        raise NotImplementedError("accelerate-fsdp reduce-scatters its gradients")
