@@ -18,16 +18,8 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, library_verdicts, write_task_sections
-from distbench.sweep.report import Config, config_row, gloo_caveat
-from distbench.training.memory import KINDS
-
-
-def _mb(value: float | None) -> str:
-    return "—" if value is None else f"{value / 2**20:.3f}"
-
-
-def state_bytes(row: dict) -> int | None:
-    return None if row.get("params_bytes") is None else sum(row[k] for k in KINDS)
+from distbench.sweep.report import Config, config_row, gloo_caveat, mb, with_interval
+from distbench.training.memory import KINDS, state_bytes
 
 
 def rows(configs: list[Config]) -> list[dict]:
@@ -38,14 +30,6 @@ def rows(configs: list[Config]) -> list[dict]:
         r["state_bytes"] = state_bytes(r)
         r["of_x1"] = r["state_bytes"] / one if one and r["state_bytes"] is not None else None
     return out
-
-
-def _interval(r: dict, name: str, spec: str) -> str:
-    lo, hi = r.get(f"{name}_lo"), r.get(f"{name}_hi")
-    value = r.get(name)
-    if value is None:
-        return "—"
-    return f"{value:{spec}}" + (f" ({lo:{spec}}-{hi:{spec}})" if lo is not None and hi is not None else "")
 
 
 def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
@@ -64,8 +48,9 @@ def task_section(task: str, configs: list[Config], sweep: dict) -> list[str]:
     for r in rows(mine):
         of_x1 = "—" if r["of_x1"] is None else f"{r['of_x1']:.3f}"
         lines.append(
-            f"| {r['label']} | {' | '.join(_mb(r.get(k)) for k in KINDS)} | {_mb(r['state_bytes'])} | {of_x1} | "
-            f"{r['peak_rss_mb']:.0f} | {_interval(r, 'samples_per_sec', '.1f')} | {_interval(r, 'speedup', '.2f')} |"
+            f"| {r['label']} | {' | '.join(mb(r.get(k), '.3f') for k in KINDS)} | {mb(r['state_bytes'], '.3f')} | "
+            f"{of_x1} | {r['peak_rss_mb']:.0f} | {with_interval(r, 'samples_per_sec', '.1f')} | "
+            f"{with_interval(r, 'speedup', '.2f')} |"
         )
     lines += ["", *gloo_caveat(mine), "Verdicts (paired within rounds):", ""]
     lines += library_verdicts(mine)

@@ -22,7 +22,7 @@ from distbench.errors import UserError
 from distbench.sweep import stats
 from distbench.sweep.configuration import AXES, SweepConfig
 from distbench.sweep.stats import Summary
-from distbench.training.memory import KINDS
+from distbench.training.memory import KINDS, state_bytes
 from distbench.training.reporter import read_jsonl
 from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, PHASES
 
@@ -320,7 +320,7 @@ def _fmt(v, spec: str) -> str:
     return "—" if v is None or v == "" else format(v, spec)
 
 
-def _with_interval(row: dict, name: str, spec: str) -> str:
+def with_interval(row: dict, name: str, spec: str) -> str:
     if row.get(name) is None:
         return "—"
     if row.get(f"{name}_lo") is None:
@@ -353,17 +353,18 @@ def table_lines(rows: list[dict]) -> list[str]:
         if r["runs_ok"] < r["runs"]:
             runs_ok += f" (failed: {r['error'][:60]})"
         lines.append(
-            f"| {r['label']} | {_with_interval(r, 'samples_per_sec', '.1f')} | "
-            f"{r['samples_per_sec_min']:.1f}-{r['samples_per_sec_max']:.1f} | {_with_interval(r, 'speedup', '.2f')} | "
-            f"{_with_interval(r, 'scaling_efficiency', '.2f')} | {r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | "
+            f"| {r['label']} | {with_interval(r, 'samples_per_sec', '.1f')} | "
+            f"{r['samples_per_sec_min']:.1f}-{r['samples_per_sec_max']:.1f} | {with_interval(r, 'speedup', '.2f')} | "
+            f"{with_interval(r, 'scaling_efficiency', '.2f')} | {r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | "
             f"{_accuracy(r)} | {r['final_loss']:.4f} | {r['peak_rss_mb']:.0f} | "
             f"{_fmt(r.get('launch_to_first_step_s'), '.1f')} | {runs_ok} |"
         )
     return lines
 
 
-def _mb(value) -> str:
-    return "—" if value is None else f"{value / 2**20:.2f}"
+def mb(value, spec: str = ".2f") -> str:
+    """Bytes as MB (2^20 bytes); "—" where there is no count."""
+    return "—" if value is None else f"{value / 2**20:{spec}}"
 
 
 def memory_lines(rows: list[dict]) -> list[str]:
@@ -380,10 +381,9 @@ def memory_lines(rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        total = sum(r[k] for k in KINDS if r.get(k) is not None)
         lines.append(
-            f"| {r['label']} | {' | '.join(_mb(r.get(k)) for k in KINDS)} | {_mb(total)} | "
-            f"{_mb(r.get('peak_allocated_bytes'))} | {_fmt(r.get('peak_rss_mb'), '.0f')} |"
+            f"| {r['label']} | {' | '.join(mb(r.get(k)) for k in KINDS)} | {mb(state_bytes(r))} | "
+            f"{mb(r.get('peak_allocated_bytes'))} | {_fmt(r.get('peak_rss_mb'), '.0f')} |"
         )
     lines += [
         "",
@@ -559,15 +559,15 @@ def memory_series(configs: list[Config], task: str) -> dict[str, list[tuple[int,
     """Parameters + gradients + optimizer state per rank (MB) over world size: one line per backend and setting."""
     series: dict[str, list[tuple[int, float]]] = {}
     for c in sorted((c for c in configs if c.task == task and c.ok), key=lambda c: c.world_size):
-        counts = c.ok[0].get("memory_per_rank") or {}
-        if counts.get("params_bytes") is None:
+        total = state_bytes(c.ok[0].get("memory_per_rank") or {})
+        if total is None:
             continue
         label = c.backend + "".join(
             f", {text}"
             for axis, text in c.config.texts().items()
             if axis not in ("threads", "world_size") and getattr(c.config, axis) != AXES[axis].default
         )
-        series.setdefault(label, []).append((c.world_size, sum(counts[k] for k in KINDS) / 2**20))
+        series.setdefault(label, []).append((c.world_size, total / 2**20))
     return series
 
 

@@ -20,6 +20,12 @@ if TYPE_CHECKING:  # torch is imported where it is used: the report reads KINDS 
 KINDS = ("params_bytes", "grads_bytes", "optimizer_bytes")
 
 
+def state_bytes(counts: dict) -> int | None:
+    """Parameters + gradients + optimizer state of a `per_rank` count (or a report row holding KINDS); None where
+    they were not counted (records from before memory_per_rank)."""
+    return None if counts.get("params_bytes") is None else sum(counts[k] for k in KINDS)
+
+
 def local_bytes(t: torch.Tensor) -> int:
     """The bytes of `t` that this rank holds: a DTensor's local shard, any other tensor whole."""
     local = t.to_local() if hasattr(t, "to_local") else t
