@@ -33,23 +33,33 @@ def commbench(
     sizes: Annotated[
         str, typer.Option(help="Comma-separated message sizes in bytes (default 4 KiB to 64 MiB, x4).")
     ] = "",
+    grad_compression: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated ways the gradients travel, each timed: none, or fp16/bf16 (each library's 16-bit "
+            "compression, as compare's --grad-compression)."
+        ),
+    ] = "none",
     scheduler: Annotated[str, typer.Option(help="local or slurm (inside an allocation).")] = "local",
     run_timeout_s: Annotated[int, typer.Option(help="Per-launch timeout.")] = 900,
 ) -> None:
     from distbench.scaling import commbench as cb
-    from distbench.sweep.configuration import positive_ints
+    from distbench.sweep.configuration import AXES, positive_ints
 
     names = _backends(backends)
     if min(nodes, nprocs, repeats, rounds) <= 0 or nodes * nprocs < 2:
         raise UserError("--nodes, --nprocs, --repeats and --rounds must be positive, with at least 2 processes")
     link.parse_rate(link_rate)
     message_sizes = positive_ints(sizes, "--sizes") if sizes else list(cb.DEFAULT_SIZES)
+    compressions = tuple(AXES["grad_compression"].metadata["parse"](grad_compression, "--grad-compression"))
     if (out / cb.RECORDS).exists():
         raise UserError(f"{out} already holds a commbench ({cb.RECORDS}); choose another --out")
     link.check_mode(link_mode)
     executor = _executor(scheduler, "usual")
     out.mkdir(parents=True, exist_ok=True)
-    bench = cb.Bench(names, message_sizes, nodes, nprocs, link_rate, link_mode, repeats, rounds, run_timeout_s)
+    bench = cb.Bench(
+        names, message_sizes, nodes, nprocs, link_rate, link_mode, repeats, rounds, run_timeout_s, compressions
+    )
     try:
         recs = cb.run(executor, bench, out)
     except KeyboardInterrupt:

@@ -77,7 +77,8 @@ def fit(sizes: list[int], seconds: list[float]) -> Fit:
 
 @dataclass(frozen=True)
 class Bench:
-    """What a commbench times: the backends, the message sizes, the topology and link, and how often."""
+    """What a commbench times: the backends and their compressions, the message sizes, the topology and link, and
+    how often."""
 
     backends: list[str]
     sizes: list[int]
@@ -88,6 +89,7 @@ class Bench:
     repeats: int  # timed all-reduces per size, in one launch
     rounds: int  # launches of each backend
     timeout_s: float
+    compressions: tuple[str, ...] = ("none",)  # how the gradients travel: as is, or in 16 bits
 
     def configs(self) -> list[SweepConfig]:
         return [
@@ -96,19 +98,23 @@ class Bench:
                 backend=b,
                 world_size=self.nodes * self.nprocs,
                 threads=1,
+                grad_compression=c,
                 nodes=self.nodes,
                 link_rate=self.link_rate,
                 link_mode=self.link_mode,
             )
             for b in self.backends
+            for c in self.compressions
         ]
 
-    def program(self, backend: str, out_json: Path) -> list[str]:
+    def program(self, config: SweepConfig, out_json: Path) -> list[str]:
         return [
             "-m",
             "distbench.scaling.worker",
             "--backend",
-            backend,
+            config.backend,
+            "--grad-compression",
+            config.grad_compression,
             "--sizes",
             ",".join(map(str, self.sizes)),
             "--repeats",
@@ -118,11 +124,15 @@ class Bench:
         ]
 
 
+MEASURES = ("time_s", "cpu_s", "loaded_time_s", "loaded_cpu_s")  # per repeat; the loaded two on CPU ranks only
+
+
 def records(result: dict, config: SweepConfig, rnd: int) -> list[dict]:
-    """The worker's times as one record per size and repeat."""
+    """The worker's measurements as one record per size and repeat."""
     n = result["world_size"]
     fields = {
         "backend": config.backend,
+        "grad_compression": config.grad_compression,
         "world_size": n,
         "nodes": config.nodes,
         "nprocs": config.nprocs,
@@ -131,19 +141,13 @@ def records(result: dict, config: SweepConfig, rnd: int) -> list[dict]:
         "launcher": result["launcher"],
         "round": rnd,
     }
-    return [
-        {
-            **fields,
-            "size_bytes": int(size),
-            "repeat": repeat,
-            "time_s": t,
-            "cpu_s": cpu,
-            "algbw_Bps": algbw(int(size), t),
-            "busbw_Bps": busbw(int(size), t, n),
-        }
-        for size, times in result["times_s"].items()
-        for repeat, (t, cpu) in enumerate(zip(times, result["cpu_s"][size], strict=True), 1)
-    ]
+    out = []
+    for size, measured in result["measured"].items():
+        for i, t in enumerate(measured["time_s"]):
+            rec = {**fields, "size_bytes": int(size), "repeat": i + 1}
+            rec |= {k: measured[k][i] for k in MEASURES if k in measured}
+            out.append(rec | {"algbw_Bps": algbw(int(size), t), "busbw_Bps": busbw(int(size), t, n)})
+    return out
 
 
 def run(executor, bench: Bench, out: Path) -> list[dict]:
@@ -155,10 +159,12 @@ def run(executor, bench: Bench, out: Path) -> list[dict]:
     found = []
     for rnd in range(1, bench.rounds + 1):
         for config in configs if rnd % 2 else configs[::-1]:
-            name = f"{config.backend}-r{rnd}"
+            name = "-".join(
+                [config.backend, *([config.grad_compression] if len(bench.compressions) > 1 else []), f"r{rnd}"]
+            )
             out_json = out / "runs" / f"{name}.json"
             print(f"commbench: {config.name()} round {rnd}: running", file=sys.stderr, flush=True)
-            program = bench.program(config.backend, out_json)
+            program = bench.program(config, out_json)
             result = executor.run(config, [], out_json, out / "runs" / f"{name}.log", bench.timeout_s, program)
             if result["status"] != "ok":
                 last = (result.get("error") or "no output").splitlines()[-1]
@@ -169,17 +175,29 @@ def run(executor, bench: Bench, out: Path) -> list[dict]:
     return found
 
 
+def series(r: dict) -> tuple[str, str]:
+    """What one line of the results is: a backend and how its gradients travel (records from before compression
+    was timed travelled as is)."""
+    return r["backend"], r.get("grad_compression", "none")
+
+
+def label(backend: str, compression: str) -> str:
+    return backend if compression == "none" else f"{backend} {compression}"
+
+
 def summarize(recs: list[dict]) -> list[dict]:
-    """Per backend and size: the median time with its interval, and the bandwidths of the median."""
+    """Per backend, compression and size: the median time with its interval, the bandwidths of the median, and the
+    medians of the CPU times."""
     rows = []
-    keys = sorted({(r["backend"], r["size_bytes"]) for r in recs}, key=lambda k: (k[0], k[1]))
-    for backend, size in keys:
-        mine = [r for r in recs if (r["backend"], r["size_bytes"]) == (backend, size)]
+    keys = sorted({(*series(r), r["size_bytes"]) for r in recs})
+    for backend, compression, size in keys:
+        mine = [r for r in recs if (*series(r), r["size_bytes"]) == (backend, compression, size)]
         s = stats.summarize([r["time_s"] for r in mine])
         n = mine[0]["world_size"]
         rows.append(
             {
                 "backend": backend,
+                "grad_compression": compression,
                 "size_bytes": size,
                 "world_size": n,
                 "nodes": mine[0]["nodes"],
@@ -189,7 +207,7 @@ def summarize(recs: list[dict]) -> list[dict]:
                 "time_s": s.median,
                 "time_s_lo": s.lo,
                 "time_s_hi": s.hi,
-                "cpu_s": statistics.median(r.get("cpu_s", float("nan")) for r in mine),
+                **{k: statistics.median(r.get(k, float("nan")) for r in mine) for k in MEASURES[1:]},
                 "algbw_Bps": algbw(size, s.median),
                 "busbw_Bps": busbw(size, s.median, n),
                 "busbw_Bps_lo": busbw(size, s.hi or s.max, n),
@@ -199,29 +217,59 @@ def summarize(recs: list[dict]) -> list[dict]:
     return rows
 
 
+def _fit_of(rows: list[dict]) -> dict:
+    sizes = [r["size_bytes"] for r in rows]
+    f = fit(sizes, [r["time_s"] for r in rows])
+    cpu = fit(sizes, [max(r["cpu_s"], 1e-9) for r in rows])
+    n = rows[0]["world_size"]
+    out = {
+        "alpha_s": f.alpha_s,
+        "beta_s_per_byte": f.beta_s_per_byte,
+        "cpu_alpha_s": cpu.alpha_s,  # the CPU time an all-reduce costs the busiest rank, fitted alike
+        "cpu_beta_s_per_byte": cpu.beta_s_per_byte,
+        "world_size": n,
+        "nodes": rows[0]["nodes"],
+        "link_rate": rows[0]["link_rate"],
+        "link_mode": rows[0]["link_mode"],
+        "bus_bandwidth_Bps": f.bus_bandwidth(n),
+    }
+    if all(r["loaded_cpu_s"] == r["loaded_cpu_s"] for r in rows):  # measured (not NaN): CPU ranks
+        loaded = fit(sizes, [max(r["loaded_cpu_s"], 1e-9) for r in rows])
+        # the computation an all-reduce takes from a rank whose core also computes, fitted alike
+        out |= {"loaded_cpu_alpha_s": loaded.alpha_s, "loaded_cpu_beta_s_per_byte": loaded.beta_s_per_byte}
+    return out
+
+
 def fits(rows: list[dict]) -> dict[str, dict]:
-    out = {}
-    for backend in dict.fromkeys(r["backend"] for r in rows):
-        mine = [r for r in rows if r["backend"] == backend]
-        f = fit([r["size_bytes"] for r in mine], [r["time_s"] for r in mine])
-        cpu = fit([r["size_bytes"] for r in mine], [max(r["cpu_s"], 1e-9) for r in mine])
-        n = mine[0]["world_size"]
-        out[backend] = {
-            "alpha_s": f.alpha_s,
-            "beta_s_per_byte": f.beta_s_per_byte,
-            "cpu_alpha_s": cpu.alpha_s,  # the CPU time an all-reduce costs the busiest rank, fitted alike
-            "cpu_beta_s_per_byte": cpu.beta_s_per_byte,
-            "world_size": n,
-            "nodes": mine[0]["nodes"],
-            "link_rate": mine[0]["link_rate"],
-            "link_mode": mine[0]["link_mode"],
-            "bus_bandwidth_Bps": f.bus_bandwidth(n),
-        }
+    """Per backend, the fit of its gradients sent as is, and under "compressed" those of each compression timed."""
+    out: dict[str, dict] = {}
+    for backend, compression in dict.fromkeys(series(r) for r in rows):
+        f = _fit_of([r for r in rows if series(r) == (backend, compression)])
+        if compression == "none":
+            out[backend] = f | out.get(backend, {})
+        else:
+            out.setdefault(backend, {}).setdefault("compressed", {})[compression] = f
     return out
 
 
 def _mb(bps: float) -> str:
     return f"{bps / 1e6:.1f}"
+
+
+def _ms(seconds: float) -> str:
+    return "—" if seconds != seconds else f"{seconds * 1e3:.3f}"  # NaN: not measured (GPU ranks)
+
+
+def _fit_cells(f: dict) -> str:
+    loaded = (
+        f"{f['loaded_cpu_alpha_s'] * 1e3:.3f}, {f['loaded_cpu_beta_s_per_byte'] * 1e9:.3f}"
+        if "loaded_cpu_alpha_s" in f
+        else "—"
+    )
+    return (
+        f"{f['alpha_s'] * 1e3:.3f} | {f['beta_s_per_byte'] * 1e9:.3f} | {_mb(f['bus_bandwidth_Bps'])} | "
+        f"{f['cpu_alpha_s'] * 1e3:.3f}, {f['cpu_beta_s_per_byte'] * 1e9:.3f} | {loaded} |"
+    )
 
 
 def markdown(rows: list[dict], fitted: dict[str, dict], command: str) -> str:
@@ -230,30 +278,36 @@ def markdown(rows: list[dict], fitted: dict[str, dict], command: str) -> str:
         "",
         f"Built by `{command}` on {datetime.now(UTC).date()} ({platform.platform()}, {available_cpus()} CPUs). "
         "algbw = S/t, busbw = algbw x 2(n-1)/n (nccl-tests); medians "
-        f"over the repeats with their {stats.CI} where there are enough. MB/s are 10^6 bytes per second.",
+        f"over the repeats with their {stats.CI} where there are enough. MB/s are 10^6 bytes per second. "
+        "CPU ms: the CPU time of the busiest rank (every thread of its process) on an otherwise idle core. Taken "
+        "under load: the computation the all-reduce took from a thread computing on the same core (CPU ranks). With "
+        "a compression, S is the float32 gradient's bytes (half of them travel): its bandwidths are of gradient "
+        "bytes.",
         "",
-        "| backend | size | time ms (CI) | algbw MB/s | busbw MB/s | CPU ms |",
-        "|---|---|---|---|---|---|",
+        "| backend | size | time ms (CI) | algbw MB/s | busbw MB/s | CPU ms | time under load ms | taken under load "
+        "ms |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = f" ({r['time_s_lo'] * 1e3:.3f}-{r['time_s_hi'] * 1e3:.3f})" if r["time_s_lo"] is not None else ""
         lines.append(
-            f"| {r['backend']} | {_size(r['size_bytes'])} | {r['time_s'] * 1e3:.3f}{ci} | "
-            f"{_mb(r['algbw_Bps'])} | {_mb(r['busbw_Bps'])} | {r['cpu_s'] * 1e3:.3f} |"
+            f"| {label(r['backend'], r['grad_compression'])} | {_size(r['size_bytes'])} | {r['time_s'] * 1e3:.3f}{ci} "
+            f"| {_mb(r['algbw_Bps'])} | {_mb(r['busbw_Bps'])} | {_ms(r['cpu_s'])} | {_ms(r['loaded_time_s'])} | "
+            f"{_ms(r['loaded_cpu_s'])} |"
         )
     lines += [
         "",
         "## Fit: t(S) = alpha + beta S",
         "",
         "| backend | alpha (latency) ms | beta ns/byte | bus bandwidth MB/s (2(n-1)/(n beta)) | CPU: alpha ms, "
-        "beta ns/byte |",
-        "|---|---|---|---|---|",
+        "beta ns/byte | taken under load: alpha ms, beta ns/byte |",
+        "|---|---|---|---|---|---|",
     ]
     for backend, f in fitted.items():
-        lines.append(
-            f"| {backend} | {f['alpha_s'] * 1e3:.3f} | {f['beta_s_per_byte'] * 1e9:.3f} | "
-            f"{_mb(f['bus_bandwidth_Bps'])} | {f['cpu_alpha_s'] * 1e3:.3f}, {f['cpu_beta_s_per_byte'] * 1e9:.3f} |"
-        )
+        if "alpha_s" in f:
+            lines.append(f"| {backend} | {_fit_cells(f)}")
+        for compression, c in f.get("compressed", {}).items():
+            lines.append(f"| {label(backend, compression)} | {_fit_cells(c)}")
     return "\n".join(lines) + "\n"
 
 
@@ -271,13 +325,13 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for backend in dict.fromkeys(r["backend"] for r in rows):
-        mine = [r for r in rows if r["backend"] == backend]
+    for key in dict.fromkeys(series(r) for r in rows):
+        mine = [r for r in rows if series(r) == key]
         xs = [r["size_bytes"] for r in mine]
         ys = [r["busbw_Bps"] / 1e6 for r in mine]
         lo = [y - r["busbw_Bps_lo"] / 1e6 for y, r in zip(ys, mine, strict=True)]
         hi = [r["busbw_Bps_hi"] / 1e6 - y for y, r in zip(ys, mine, strict=True)]
-        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=backend)
+        ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=3, label=label(*key))
     ax.set(xscale="log", xlabel="message size (bytes)", ylabel="busbw (MB/s), median", title=title)
     ax.grid(alpha=0.3)
     ax.legend()

@@ -3,16 +3,26 @@
     torchrun --nproc_per_node 2 -m distbench.scaling.worker --backend ddp --sizes 4096,65536 --repeats 20 --output F
 
 Started by the backend's own launcher, it sets the backend up as a run does (distbench's process group set-up) and
-times `Backend.gradient_all_reduce`: the call the library uses for gradients. Each repeat is timed between
-barriers on every rank; a repeat's time is the slowest rank's, and beside it the CPU time the all-reduce cost the
-busiest rank (what it takes from a CPU node's computation). The main process writes one JSON object to --output:
-the world size and, per size, the time and CPU time of every repeat.
+times `Backend.gradient_all_reduce`: the call the library uses for gradients, with its 16-bit compression where
+--grad-compression asks (a message of S bytes is then a float32 gradient of S bytes, sent in 16 bits). Each repeat is
+timed between barriers on every rank; a repeat's time is the slowest rank's, and beside it the CPU time the all-reduce
+cost the busiest rank.
+
+On CPU ranks each repeat is timed a second time under load (`Load`): a thread computes on the rank's core all the
+while, as backward does in training, and the computation the all-reduce took from it is measured (the busiest rank's):
+what an exchange costs a CPU node's training, where the CPU time on an idle core is not (a library may poll, and then
+yields to the computation; the kernel's network work and the library's threads take from it in turn).
+
+The main process writes one JSON object to --output: the world size and, per size, each repeat's time and CPU time
+and, on CPU ranks, its time under load and the computation it took.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
+import threading
 import time
 
 import torch
@@ -23,24 +33,109 @@ from distbench.backends.base import ReduceOp
 from distbench.launching import launch
 
 WARMUP = 3  # untimed all-reduces per size: connections set up, buffers allocated
+MIN_BASELINE_S = 2e-3  # the shortest window the load's pace is measured over
 
 
-def time_all_reduce(backend, size: int, repeats: int) -> tuple[list[float], list[float]]:
-    """Seconds of each repeat of a float32 all-reduce of `size` bytes, the slowest rank's, and the CPU seconds it
-    cost the busiest rank (every thread of the process: the library's own, the kernel's work on its behalf)."""
+class Load:
+    """A computing thread on the rank's core: a small matrix product over and over (it releases the GIL, as
+    backward's kernels do), each one's end kept, so that the computation done in any window is known. It computes
+    only between `resume` and `pause`: the all-reduces on an idle core are timed while it waits."""
+
+    SIDE = 160  # about 60 microseconds a product at one thread here: a fine enough clock
+
+    def __init__(self) -> None:
+        self.ends = [time.perf_counter()]
+        self._go, self._stop = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._compute, daemon=True)
+        self._thread.start()
+
+    def _compute(self) -> None:
+        a, b = torch.randn(self.SIDE, self.SIDE), torch.randn(self.SIDE, self.SIDE)
+        c = torch.empty(self.SIDE, self.SIDE)
+        while self._go.wait() and not self._stop.is_set():
+            torch.mm(a, b, out=c)
+            self.ends.append(time.perf_counter())
+
+    def resume(self) -> None:
+        """Compute again, from the end of a product (so that no pause lies inside a measured window)."""
+        now = time.perf_counter()
+        self._go.set()
+        self.settle(now)
+
+    def pause(self) -> None:
+        self._go.clear()
+
+    def work(self, t: float) -> float:
+        """Products done by time t, the one under way counted in proportion (call once one has ended after t)."""
+        ends = self.ends
+        i = bisect.bisect_right(ends, t)
+        return i - 1 + (t - ends[i - 1]) / (ends[i] - ends[i - 1])
+
+    def settle(self, t: float) -> None:
+        while self.ends[-1] <= t:
+            time.sleep(1e-4)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._go.set()
+        self._thread.join()
+
+
+def taken(load: Load, window: tuple[float, float], baseline: tuple[float, float]) -> float:
+    """The computation `window` lost: its length less the work done in it at the pace of `baseline`, when the load
+    computed alone."""
+    load.settle(max(window[1], baseline[1]))
+    pace = (load.work(baseline[1]) - load.work(baseline[0])) / (baseline[1] - baseline[0])
+    return (window[1] - window[0]) - (load.work(window[1]) - load.work(window[0])) / pace
+
+
+def exchange(backend, compression: str):
+    """The library's all-reduce of a float32 gradient, as it sends it: as is, or cast to 16 bits and back."""
+    if compression == "none":
+        return backend.gradient_all_reduce
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[compression]
+
+    def compressed(t: torch.Tensor) -> None:
+        # DDP's fp16_compress_hook (Accelerate's comm hook of that name), Horovod's Compression.fp16: cast the
+        # gradient, all-reduce the cast, copy it back into the float32 gradient
+        wire = t.to(dtype)
+        backend.gradient_all_reduce(wire)
+        t.copy_(wire)
+
+    return compressed
+
+
+def time_all_reduce(backend, size: int, repeats: int, compression: str, load: Load | None) -> dict[str, list[float]]:
+    """Per repeat: the slowest rank's seconds and the busiest rank's CPU seconds (every thread of the process: the
+    library's own, the kernel's work on its behalf); under `load`, the slowest rank's seconds and the computation the
+    busiest rank lost."""
     t = torch.ones(max(1, size // 4), dtype=torch.float32, device=backend.device)
+    all_reduce = exchange(backend, compression)
     for _ in range(WARMUP):
-        backend.gradient_all_reduce(t)
-    times, cpu = [], []
+        all_reduce(t)
+    out: dict[str, list[float]] = {"time_s": [], "cpu_s": [], "loaded_time_s": [], "loaded_cpu_s": []}
     for _ in range(repeats):
         backend.barrier()
         t0, c0 = time.perf_counter(), time.process_time()
-        backend.gradient_all_reduce(t)
-        times.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-    both = torch.tensor([times, cpu], dtype=torch.float64)
-    slowest = backend.all_reduce(both, ReduceOp.MAX).tolist()
-    return slowest[0], slowest[1]
+        all_reduce(t)
+        out["time_s"].append(time.perf_counter() - t0)
+        out["cpu_s"].append(time.process_time() - c0)
+        if load is not None:
+            load.resume()
+            backend.barrier()
+            b0 = time.perf_counter()
+            time.sleep(max(MIN_BASELINE_S, out["time_s"][-1]))
+            b1 = time.perf_counter()
+            backend.barrier()
+            w0 = time.perf_counter()
+            all_reduce(t)
+            w1 = time.perf_counter()
+            out["loaded_time_s"].append(w1 - w0)
+            out["loaded_cpu_s"].append(taken(load, (w0, w1), (b0, b1)))
+            load.pause()
+    measured = [k for k, v in out.items() if v]
+    slowest = backend.all_reduce(torch.tensor([out[k] for k in measured], dtype=torch.float64), ReduceOp.MAX)
+    return dict(zip(measured, slowest.tolist(), strict=True))
 
 
 def main() -> None:
@@ -48,6 +143,7 @@ def main() -> None:
     p.add_argument("--backend", required=True)
     p.add_argument("--sizes", required=True, help="comma-separated message sizes in bytes")
     p.add_argument("--repeats", type=int, required=True)
+    p.add_argument("--grad-compression", default="none", choices=("none", "fp16", "bf16"))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", required=True)
     a = p.parse_args()
@@ -57,16 +153,19 @@ def main() -> None:
     spec.check_launch(env)
     backend = spec.load()(env)
     backend.setup()
+    load = Load() if backend.device.type == "cpu" else None
     sizes = [int(s) for s in a.sizes.split(",")]
-    results = {str(size): time_all_reduce(backend, size, a.repeats) for size in sizes}
+    results = {str(size): time_all_reduce(backend, size, a.repeats, a.grad_compression, load) for size in sizes}
+    if load is not None:
+        load.stop()
     if backend.is_main:
         record = {
             "backend": a.backend,
             "world_size": backend.world_size,
             "launcher": env.launcher,
             "nodes": env.nodes,
-            "times_s": {size: wall for size, (wall, _) in results.items()},
-            "cpu_s": {size: cpu for size, (_, cpu) in results.items()},
+            "grad_compression": a.grad_compression,
+            "measured": {size: r for size, r in results.items()},
         }
         with open(a.output, "w", encoding="utf-8") as f:
             json.dump(record, f)
