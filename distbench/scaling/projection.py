@@ -19,7 +19,9 @@ spread: the prediction is repeated on bootstrap resamples of the reference runs 
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import random
 import statistics
 import time
@@ -39,13 +41,18 @@ COMPRESSED_FRACTION = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}  # bytes on the li
 # ---------------------------------------------------------------------------------------------------- the inputs
 
 
+NORMAL_P90 = 1.2816  # the 90th percentile of a standard normal, in standard deviations
+
+
 @dataclass(frozen=True)
 class Phases:
-    """One step's computation, ms: data loading, forward+backward, optimizer."""
+    """One step's computation, ms: data loading, forward+backward, optimizer; and how much the step time varies
+    from step to step (`jitter`, a standard deviation taken from the run's median and 90th percentile)."""
 
     data: float
     forward_backward: float
     optimizer: float
+    jitter: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,22 @@ class Reference:
 
 
 def _phases(r: dict) -> Phases:
-    return Phases(*(r["step_breakdown_ms"][k] for k in ("data_ms", "forward_backward_ms", "optimizer_ms")))
+    steps = r.get("step_time_ms") or {}
+    jitter = max(0.0, steps["p90"] - steps["p50"]) / NORMAL_P90 if {"p50", "p90"} <= steps.keys() else 0.0
+    return Phases(*(r["step_breakdown_ms"][k] for k in ("data_ms", "forward_backward_ms", "optimizer_ms")), jitter)
+
+
+@functools.cache
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] (0 for one; 0.564 for two, 1.029 for four, 1.766 for sixteen):
+    how far the slowest of n ranks is behind the mean, in standard deviations of a rank's step time."""
+    if n <= 1:
+        return 0.0
+    dx = 1e-3
+    grid = [-8 + i * dx for i in range(int(16 / dx) + 1)]
+    cdf = [0.5 * (1 + math.erf(x / math.sqrt(2))) for x in grid]
+    pdf = [math.exp(-x * x / 2) / math.sqrt(2 * math.pi) for x in grid]
+    return sum(x * n * f * c ** (n - 1) for x, f, c in zip(grid, pdf, cdf, strict=True)) * dx
 
 
 def median_phases(runs: list[Phases]) -> Phases:
@@ -170,8 +192,11 @@ class Link:
     beta_s_per_byte: float
     world: int
     source: str
-    cpu_alpha_s: float = 0.0  # the CPU time an all-reduce costs a rank, fitted alike (0: not measured)
+    # the computation an all-reduce takes from a rank whose core computes (commbench under load; else its CPU time
+    # on an idle core; 0: not measured), fitted alike
+    cpu_alpha_s: float = 0.0
     cpu_beta_s_per_byte: float = 0.0
+    wire_fraction: float = 1.0  # the bytes the fit is taken at per gradient byte (0.5: halved by a compression)
 
     def allreduce_s(self, nbytes: float, world: int) -> float:
         """A ring all-reduce of nbytes at `world` ranks: 2(W-1) latency steps and 2(W-1)/W of the bytes on each
@@ -184,12 +209,13 @@ class Link:
         return _ring(self.cpu_alpha_s, self.cpu_beta_s_per_byte, self.world, nbytes, world)
 
     @classmethod
-    def nominal(cls, rate: str) -> Link:
+    def nominal(cls, rate: str, compression: str = "none") -> Link:
         bits = link.parse_rate(rate)
         if bits is None:
             raise UserError("--link-rate none has no nominal rate: give --commbench DIR measured on that link")
         # a ring moves 2(n-1)/n S over each link: beta is the time per message byte at n = 2 (one byte per byte)
-        return cls(0.0, 8 / bits, 2, f"nominal {rate}, no latency (no --commbench)")
+        said = f"nominal {rate}, no latency (no --commbench)"
+        return cls(0.0, 8 / bits, 2, said, wire_fraction=COMPRESSED_FRACTION[compression])
 
 
 def _ring(alpha: float, beta: float, measured_world: int, nbytes: float, world: int) -> float:
@@ -217,16 +243,23 @@ def load_links(commbench_dir: Path, rate: str | None) -> tuple[str, dict[str, li
     return measured.pop(), out
 
 
-def fit_link(recs: list[dict], source: str) -> Link:
-    """The fit of one library's records: per size, the median time (as commbench's summary)."""
+def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0) -> Link:
+    """The fit of one library's records: per size, the median time (as commbench's summary), and the median
+    computation an all-reduce takes under load (else its CPU time on an idle core, from a commbench that did not
+    measure under load)."""
     sizes = sorted({r["size_bytes"] for r in recs})
-    medians = [statistics.median(r["time_s"] for r in recs if r["size_bytes"] == s) for s in sizes]
-    f = cb.fit(sizes, medians)
-    if not all("cpu_s" in r for r in recs):  # a commbench from before CPU time was recorded
-        return Link(f.alpha_s, f.beta_s_per_byte, recs[0]["world_size"], source)
-    cpu = [max(1e-9, statistics.median(r["cpu_s"] for r in recs if r["size_bytes"] == s)) for s in sizes]
-    c = cb.fit(sizes, cpu)
-    return Link(f.alpha_s, f.beta_s_per_byte, recs[0]["world_size"], source, c.alpha_s, c.beta_s_per_byte)
+
+    def medians(key: str) -> list[float]:
+        return [max(1e-9, statistics.median(r[key] for r in recs if r["size_bytes"] == s)) for s in sizes]
+
+    f = cb.fit(sizes, medians("time_s"))
+    world = recs[0]["world_size"]
+    cpu_key = next((k for k in ("loaded_cpu_s", "cpu_s") if all(k in r for r in recs)), None)
+    if cpu_key is None:  # a commbench from before CPU time was recorded
+        return Link(f.alpha_s, f.beta_s_per_byte, world, source, wire_fraction=wire_fraction)
+    c = cb.fit(sizes, medians(cpu_key))
+    said = f"{source}{'' if cpu_key == 'loaded_cpu_s' else ' (CPU time on an idle core: not measured under load)'}"
+    return Link(f.alpha_s, f.beta_s_per_byte, world, said, c.alpha_s, c.beta_s_per_byte, wire_fraction)
 
 
 # ------------------------------------------------------------------------------------------------ measuring backward
@@ -311,33 +344,43 @@ class Plan:
 @dataclass(frozen=True)
 class Computation:
     """One process's step without communication, s: `accumulate` micro-batches of data and forward+backward, one
-    optimizer step; backward of the last micro-batch starts at `backward_start` and lasts `backward`."""
+    optimizer step; backward of the last micro-batch starts at `backward_start` and lasts `backward`. `lockstep`:
+    how much later than the mean the slowest rank gets there (every exchange waits for it)."""
 
     data: float
     forward: float
     backward: float
     optimizer: float
     accumulate: int
+    lockstep: float = 0.0
 
     @classmethod
     def of(
         cls, phases: Phases, profile: Profile, ref_batch: int, plan: Plan, micro: Phases | None = None
     ) -> Computation:
         """`phases` at the reference batch scaled to the plan's micro-batch by the profile; or, where the sweep ran
-        the micro-batch itself (`micro`), its data and forward+backward as measured."""
+        the micro-batch itself (`micro`), its data, forward+backward and step-time jitter as measured. The slowest of
+        W ranks is late by the expected maximum of W draws of a step's jitter (K micro-batches: sqrt(K) times one's)."""
         if micro is not None:
-            fb, data = micro.forward_backward / 1e3, micro.data / 1e3
+            fb, data, jitter = micro.forward_backward / 1e3, micro.data / 1e3, micro.jitter / 1e3
         else:
             fb = phases.forward_backward / 1e3 * profile.micro_over_reference
             data = phases.data / 1e3 * plan.micro_batch / ref_batch
-        return cls(
-            data, fb * profile.forward_share, fb * (1 - profile.forward_share), phases.optimizer / 1e3, plan.accumulate
-        )
+            jitter = phases.jitter / 1e3 * profile.micro_over_reference
+        lockstep = jitter * math.sqrt(plan.accumulate) * expected_max_normal(plan.world)
+        forward, backward = fb * profile.forward_share, fb * (1 - profile.forward_share)
+        return cls(data, forward, backward, phases.optimizer / 1e3, plan.accumulate, lockstep)
 
     @property
     def backward_start(self) -> float:
-        """From the step's start: every micro-batch's data, the first K-1 forward+backward, the last forward."""
-        return self.accumulate * self.data + (self.accumulate - 1) * (self.forward + self.backward) + self.forward
+        """From the step's start: every micro-batch's data, the first K-1 forward+backward, the last forward, and the
+        wait for the slowest rank."""
+        return (
+            self.accumulate * self.data
+            + (self.accumulate - 1) * (self.forward + self.backward)
+            + self.forward
+            + self.lockstep
+        )
 
     def step_s(self, communication_end: float, communication_cpu: float = 0.0) -> float:
         """The step: until backward and the last all-reduce are both done, then the optimizer. On a node whose cores
@@ -371,7 +414,7 @@ def ddp_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_m
     """DDP (and Accelerate, which is DDP underneath): under no_sync the first K-1 micro-batches only accumulate; in
     the last one's backward each bucket is all-reduced as soon as its last gradient is ready (DDP's reducer), in
     bucket order; a comm hook's compression sends fewer bytes."""
-    shrink = COMPRESSED_FRACTION[plan.compression]
+    shrink = link_.wire_fraction
     jobs = []
     for bucket in ddp_buckets(profile, cap_mb):
         ready = comp.backward_start + comp.backward * max(profile.ready[i] for i in bucket)
@@ -382,20 +425,19 @@ def ddp_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_m
 
 def horovod_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> float:
     """Horovod: with backward_passes_per_step=K the hooks all-reduce after the K-th backward only; its background
-    thread wakes every cycle, negotiates what is ready (the response cache makes that a small all-reduce of a bit
-    vector and one of flags: two latencies) and all-reduces it fused, up to the fusion threshold per all-reduce."""
-    shrink = COMPRESSED_FRACTION[plan.compression]
+    thread wakes every cycle and all-reduces what is ready by then, fused, up to the fusion threshold per all-reduce.
+    Each fused all-reduce takes commbench's time of Horovod's all-reduce: commbench times it from the hook's enqueue
+    to its end, so its latency already holds the wait for the cycle and the negotiation."""
+    shrink = link_.wire_fraction
     ready = [comp.backward_start + comp.backward * r for r in profile.ready]
-    negotiate = 2 * link_.allreduce_s(0, plan.world)
     clock, cpu, i, n = 0.0, 0.0, 0, len(ready)
     while i < n:
-        clock = max(clock, HOROVOD_CYCLE_S * -(-ready[i] // HOROVOD_CYCLE_S))  # the next cycle with work
+        clock = max(clock, ready[i])
+        cycle = HOROVOD_CYCLE_S * math.ceil(clock / HOROVOD_CYCLE_S)  # the wake-up that takes it, and what is ready
         fused = []
-        while i < n and ready[i] <= clock:
+        while i < n and ready[i] <= cycle:
             fused.append(shrink * profile.grad_bytes[i])
             i += 1
-        clock += negotiate
-        cpu += 2 * link_.cpu_s(0, plan.world)
         for chunk in _fusion_chunks(fused):
             clock += link_.allreduce_s(chunk, plan.world)
             cpu += link_.cpu_s(chunk, plan.world)
@@ -441,11 +483,25 @@ class Projection:
         carrier = GRADIENT_ALLREDUCE[backend]
         return carrier if self.links is not None and carrier in self.links else backend
 
+    def carried(self, backend: str) -> tuple[list[dict], float, str]:
+        """The carrier's commbench records for the plan's compression, the bytes its fit is taken at per gradient
+        byte, and what they are: the compression as the library sends it where commbench timed it, else the
+        uncompressed all-reduce at the compressed size."""
+        carrier, compression = self.measured_as(backend), self.plan.compression
+        recs = self.links[carrier]
+        timed = [r for r in recs if cb.series(r)[1] == compression]
+        if timed:
+            return timed, 1.0, f"commbench fit of {cb.label(carrier, compression)}"
+        plain = [r for r in recs if cb.series(r)[1] == "none"]
+        if not plain:
+            raise UserError(f"the commbench timed {carrier} neither with {compression} nor uncompressed")
+        return plain, COMPRESSED_FRACTION[compression], f"commbench fit of {carrier} at {compression}'s size"
+
     def link_for(self, backend: str, recs: list[dict] | None = None) -> Link:
         if self.links is None:
-            return Link.nominal(self.rate)
-        carrier = self.measured_as(backend)
-        return fit_link(recs if recs is not None else self.links[carrier], f"commbench fit of {carrier}")
+            return Link.nominal(self.rate, self.plan.compression)
+        carried, fraction, said = self.carried(backend)
+        return fit_link(recs if recs is not None else carried, said, fraction)
 
     @property
     def micro_runs(self) -> list[Phases] | None:
@@ -502,9 +558,9 @@ class Projection:
 
     def _resampled_link(self, backend: str, rng: random.Random) -> Link:
         if self.links is None:
-            return Link.nominal(self.rate)
+            return Link.nominal(self.rate, self.plan.compression)
         by_size: dict[int, list[dict]] = {}
-        for r in self.links[self.measured_as(backend)]:
+        for r in self.carried(backend)[0]:
             by_size.setdefault(r["size_bytes"], []).append(r)
         recs = [rng.choice(group) for group in by_size.values() for _ in group]
         return self.link_for(backend, recs)
