@@ -13,6 +13,16 @@ and then, the model revised after that table (a measured micro-batch instead of 
     python -m benchmarks.projection measure          # the held-out sweep (the others are measured already)
     python -m benchmarks.projection table            # both tables
 
+and the third model (what an all-reduce takes from a computing core, each compression timed, the slowest rank), on
+another machine than the first two, so that every case is measured again there:
+
+    python -m benchmarks.projection commbench-load   # commbench under load, uncompressed and fp16, every rate
+    python -m benchmarks.projection co-reference     # `single` x1 runs with the other core computing, as a node's is
+    python -m benchmarks.projection loaded           # every case and two held-out sweeps, before any is measured
+    python -m benchmarks.projection measure-third    # all of them, into docs/results/projection/third/
+    python -m benchmarks.projection table --models third
+    python -m benchmarks.projection commbench-doc --which loaded
+
 Everything goes under docs/results/projection/ (commbench/RATE, TASK-reference, predictions/, TASK-SWEEP); each step
 is the commands a user types (`run.py commbench`, `compare`, `project`), so the validation is of the tool as used.
 Two simulated nodes x 1 process, one thread each, each node on its own core, per-node links (netns.py). The cases
@@ -21,11 +31,16 @@ are `CASES`, in one place.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -79,6 +94,28 @@ CASES = (
 )
 # after the revision: a global batch no case had (128: micro-batch 64 at x2)
 HELDOUT = Sweep("mnist-b128", (*TASK_ARGS["mnist"], "--batch-size", "128"), ("none", "1gbit", "200mbit"), repeats=3)
+# after the third model (commbench under load, each compression timed, the slowest rank): sweeps no model has seen,
+# in the CPU-bound regime where the first two failed (MNIST at a new batch, 96: micro-batch 48) and BERT at a new rate,
+# with and without fp16
+LOADED = OUT / "predictions-loaded"
+LOADED_SECTION = (
+    "## Validation of the third model: commbench under load, compression timed, the slowest rank; held-out sweeps "
+    "predicted before measuring"
+)
+HELDOUT_LOADED = (
+    Sweep(
+        "mnist-b96",
+        (*TASK_ARGS["mnist"], "--batch-size", "96"),
+        ("none", "1gbit", "500mbit"),
+        compression=("none", "fp16"),
+        repeats=3,
+    ),
+    Sweep("bert-500mbit", TASK_ARGS["bert"], ("500mbit",), compression=("none", "fp16"), repeats=3),
+)
+# The third model's references and commbench ran on another machine than the first two models' sweeps (the same
+# kind of 2-core VM, another kernel build): its validation measures every case again here, 3 rounds each, into THIRD
+THIRD = OUT / "third"
+THIRD_SWEEPS = (*HELDOUT_LOADED, *(replace(s, repeats=3) for s in CASES))  # the held-out first
 
 
 def batch_of(sweep: Sweep) -> int:
@@ -93,25 +130,38 @@ def reference_dirs(task: str) -> list[Path]:
     return [OUT / f"{task}-reference", *(OUT / f"{task}-reference-b{b}" for b in MICRO_BATCHES[task])]
 
 
-def run(args: list[str]) -> None:
-    print("+ python " + " ".join(args), file=sys.stderr, flush=True)
-    subprocess.run([sys.executable, *args], cwd=ROOT, env=child_env(), check=True)
+def run(args: list[str], prefix: tuple[str, ...] = ()) -> None:
+    print("+ " + " ".join([*prefix, "python", *args]), file=sys.stderr, flush=True)
+    subprocess.run([*prefix, sys.executable, *args], cwd=ROOT, env=child_env(), check=True)
 
 
-def prediction_path(sweep: Sweep, rate: str, acc: int, comp: str, revised: bool = False) -> Path:
-    if revised:
-        return REVISED / f"{sweep.name}-{rate}-acc{acc}-{comp}.json"
+def single_runs(task: str, batch: int, out: Path, repeats: int, prefix: tuple[str, ...] = ()) -> None:
+    """The task's `single` x1 runs at `batch`, one thread (MNIST `repeats` rounds, the long tasks 3)."""
+    rounds = repeats if task == "mnist" else 3
+    args = [*TASK_ARGS[task], "--batch-size", str(batch), "--backends", "single", "--nprocs", "1", "--threads", "1"]
+    run(["run.py", "compare", *args, "--repeats", str(rounds), "--out", str(out)], prefix)
+
+
+def prediction_path(sweep: Sweep, rate: str, acc: int, comp: str, folder: Path | None = None) -> Path:
+    """Where a model's prediction of a case is: the first model's by task (folder None), the later ones' by sweep."""
+    if folder is not None:
+        return folder / f"{sweep.name}-{rate}-acc{acc}-{comp}.json"
     return OUT / "predictions" / f"{sweep.task}-{rate}-acc{acc}-{comp}.json"
+
+
+def predicted(sweep: Sweep, folder: Path) -> bool:
+    return all(prediction_path(sweep, *case, folder).exists() for case in sweep.cases())
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-@app.command()
-def commbench(repeats: int = 10, rounds: int = 2) -> None:
+def commbench_every_rate(root: Path, repeats: int, rounds: int, extra: tuple[str, ...] = ()) -> None:
+    """`run.py commbench` of every library at each rate into root/RATE (skipping those done, redoing one cut short)."""
     for rate in RATES:
-        out = OUT / "commbench" / rate
+        out = root / rate
         if not (out / "fit.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
             run(
                 [
                     "run.py",
@@ -122,6 +172,7 @@ def commbench(repeats: int = 10, rounds: int = 2) -> None:
                     "--link-rate",
                     rate,
                     *PER_NODE,
+                    *extra,
                     "--repeats",
                     str(repeats),
                     "--rounds",
@@ -130,6 +181,24 @@ def commbench(repeats: int = 10, rounds: int = 2) -> None:
                     str(out),
                 ]
             )
+
+
+@app.command()
+def commbench(repeats: int = 10, rounds: int = 2) -> None:
+    commbench_every_rate(OUT / "commbench", repeats, rounds)
+
+
+# the third model (docs/projection.md): commbench under load and with each library's 16-bit compression timed, up to
+# 16 MiB (the validation's buckets and fusions are linear beyond it), fewer repeats than the first: 3 times as long each
+LOADED_COMMBENCH = OUT / "commbench-load"
+LOADED_SIZES = ",".join(str(4096 * 4**i) for i in range(7))
+
+
+@app.command("commbench-load")
+def commbench_load(repeats: int = 5, rounds: int = 2) -> None:
+    commbench_every_rate(
+        LOADED_COMMBENCH, repeats, rounds, ("--grad-compression", "none,fp16", "--sizes", LOADED_SIZES)
+    )
 
 
 @app.command()
@@ -180,56 +249,72 @@ def predict() -> None:
                 )
 
 
+def measure_sweep(sweep: Sweep, root: Path = OUT) -> None:
+    out = root / sweep.name
+    if (out / "report.md").exists():
+        return
+    shutil.rmtree(out, ignore_errors=True)  # an interrupted one
+    run(
+        [
+            "run.py",
+            "compare",
+            *sweep.task_args,
+            "--backends",
+            BACKENDS,
+            *NODES,
+            "--threads",
+            "1",
+            *PER_NODE,
+            "--link-rate",
+            ",".join(sweep.rates),
+            "--accumulate",
+            ",".join(map(str, sweep.accumulate)),
+            "--grad-compression",
+            ",".join(sweep.compression),
+            "--repeats",
+            str(sweep.repeats),
+            "--out",
+            str(out),
+        ]
+    )
+
+
 @app.command()
 def measure() -> None:
-    heldout = (HELDOUT,) if REVISED.exists() else ()  # measured only after `revised` predicted it
-    for sweep in (*CASES, *heldout):
-        out = OUT / sweep.name
-        if not (out / "report.md").exists():
-            run(
-                [
-                    "run.py",
-                    "compare",
-                    *sweep.task_args,
-                    "--backends",
-                    BACKENDS,
-                    *NODES,
-                    "--threads",
-                    "1",
-                    *PER_NODE,
-                    "--link-rate",
-                    ",".join(sweep.rates),
-                    "--accumulate",
-                    ",".join(map(str, sweep.accumulate)),
-                    "--grad-compression",
-                    ",".join(sweep.compression),
-                    "--repeats",
-                    str(sweep.repeats),
-                    "--out",
-                    str(out),
-                ]
-            )
+    """The first two models' sweeps (a held-out sweep only once its model predicted it)."""
+    for sweep in (*CASES, *((HELDOUT,) if predicted(HELDOUT, REVISED) else ())):
+        measure_sweep(sweep)
 
 
-def measured(sweep: Sweep) -> dict[tuple, list[float]]:
+@app.command("measure-third")
+def measure_third() -> None:
+    """The third model's sweeps, on the machine its references and commbench ran on, once it predicted them all."""
+    missing = [s.name for s in THIRD_SWEEPS if not predicted(s, LOADED)]
+    if missing:
+        raise SystemExit(f"predict first (python -m benchmarks.projection loaded): {', '.join(missing)}")
+    for sweep in THIRD_SWEEPS:
+        measure_sweep(sweep, THIRD)
+
+
+def measured(sweep: Sweep, root: Path = OUT) -> dict[tuple, list[float]]:
     """samples/s of every ok run of the sweep, by (backend, rate, accumulate, compression)."""
     from distbench.sweep import report
 
     out: dict[tuple, list[float]] = {}
-    for r in report.load([OUT / sweep.name]).records:
+    for r in report.load([root / sweep.name]).records:
         if r["status"] == "ok":
             key = (r["backend"], r.get("link_rate") or "none", r["accumulate"], r["grad_compression"])
             out.setdefault(key, []).append(r["samples_per_sec"])
     return out
 
 
-def rows(sweeps: tuple[Sweep, ...] = CASES, revised: bool = False) -> list[dict]:
+def rows(sweeps: tuple[Sweep, ...] = CASES, folder: Path | None = None, root: Path = OUT) -> list[dict]:
     """Every case: predicted and measured samples/s, and the error of the prediction."""
     out = []
     for sweep in sweeps:
-        got = measured(sweep)
+        got = measured(sweep, root)
         for rate, acc, comp in sweep.cases():
-            for p in json.loads(prediction_path(sweep, rate, acc, comp, revised).read_text()):
+            for p in json.loads(prediction_path(sweep, rate, acc, comp, folder).read_text()):
                 runs = got.get((p["backend"], rate, acc, comp), [])
                 m = statistics.median(runs) if runs else None
                 err = (p["samples_per_sec"] - m) / m if m else None
@@ -265,26 +350,58 @@ REVISED_SOURCE = (
 )
 
 
-def table_lines(data: list[dict], section: str = SECTION, source: str = FIRST_SOURCE) -> list[str]:
+LOADED_SOURCE = (
+    "from the predictions in docs/results/projection/predictions-loaded/ (written by `... loaded` after both tables "
+    "above, from `... commbench-load` and `... co-reference`, before `... measure-third` ran any of these sweeps; "
+    "the held-out sweeps, MNIST at batch 96 and BERT at 500 Mbit/s, no model had seen)"
+)
+
+
+def recorded_machine(sweeps: tuple[Sweep, ...], root: Path) -> str:
+    """The machine and the day the sweeps were measured on, from their records (a table written later, elsewhere,
+    still says where its measurements come from)."""
+    from distbench.sweep import report
+
+    recs = [r for s in sweeps for r in report.load([root / s.name]).records]
+    platforms = sorted({r["environment"]["platform"] for r in recs})
+    days = sorted({r["started_at"][:10] for r in recs})
+    cores = sorted({str(r["environment"]["cpu_count"]) for r in recs})
+    when = " to ".join(dict.fromkeys([days[0], days[-1]]))
+    return f"{when}: {'/'.join(cores)} cores, {', '.join(platforms)}, CPU only (gloo)"
+
+
+def _summary(errors: list[float], what: str) -> str:
+    return (
+        f"**{what}: median absolute error {100 * statistics.median(errors):.1f} %, largest {100 * max(errors):.1f} "
+        f"%; {sum(e <= 0.2 for e in errors)} within 20 %, {sum(e <= 0.1 for e in errors)} within 10 %.**"
+    )
+
+
+def table_lines(
+    data: list[dict],
+    section: str = SECTION,
+    source: str = FIRST_SOURCE,
+    heldout_sweeps: tuple[Sweep, ...] = (),
+    sweeps: str = "docs/results/projection/",
+    measured_on: str = "",
+) -> list[str]:
     errors = [abs(r["error"]) for r in data if r["error"] is not None]
-    heldout = [abs(r["error"]) for r in data if r["error"] is not None and r["sweep"] == HELDOUT.name]
+    names = {s.name for s in heldout_sweeps}
+    heldout = [abs(r["error"]) for r in data if r["error"] is not None and r["sweep"] in names]
     lines = [
         section,
         "",
         f"Produced by `python -m benchmarks.projection table` on {machine()}, {source}, and the sweeps in "
-        "docs/results/projection/. Error = (predicted - measured) / measured, measured = the median samples/s over "
-        "the rounds (min-max beside it).",
+        f"{sweeps}, measured on {measured_on}. Error = (predicted - measured) / measured, measured = the median "
+        "samples/s over the rounds (min-max beside it).",
         "",
-        f"**{len(errors)} cases: median absolute error {100 * statistics.median(errors):.1f} %, largest "
-        f"{100 * max(errors):.1f} %; {sum(e <= 0.2 for e in errors)} within 20 %, {sum(e <= 0.1 for e in errors)} "
-        "within 10 %.**"
-        if errors
-        else "No measured case yet.",
+        _summary(errors, f"{len(errors)} cases") if errors else "No measured case yet.",
         *(
             [
                 "",
-                f"**The held-out sweep alone ({len(heldout)} cases): median absolute error "
-                f"{100 * statistics.median(heldout):.1f} %, largest {100 * max(heldout):.1f} %.**",
+                _summary(
+                    heldout, f"The held-out {'sweeps' if len(names) > 1 else 'sweep'} alone ({len(heldout)} cases)"
+                ),
             ]
             if heldout
             else []
@@ -369,26 +486,86 @@ def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
     return lines
 
 
+# the third model's computation: each reference run on one core while the same task at the same batch computes on
+# the other, as the other simulated node does in every measured case (two independent runs went at 0.90 of twice one
+# alone here, docs/performance.md); the first two models' references ran with the other core idle
+CO_BATCHES = {"mnist": (64, 32, 8, 48), "resnet18": (32, 16), "bert": (32, 16)}
+
+
+def co_reference_dirs(task: str) -> list[Path]:
+    return [OUT / f"{task}-coref-b{b}" for b in CO_BATCHES[task]]
+
+
+@contextlib.contextmanager
+def co_runner(task: str, batch: int, out: Path):
+    """The other node's computation, pinned to core 1 (the reference runs on core 0) until the block ends."""
+    args = list(TASK_ARGS[task][:-2])  # its own --max-steps below
+    assert TASK_ARGS[task][-2] == "--max-steps"
+    command = [*args, "--batch-size", str(batch), "--max-steps", "1000000", "--epochs", "1000", "--threads", "1"]
+    proc = subprocess.Popen(
+        [
+            "taskset",
+            "-c",
+            "1",
+            sys.executable,
+            "run.py",
+            "--backend",
+            "single",
+            *command,
+            "--no-progress",
+            "--output",
+            str(out / "co-runner.jsonl"),
+        ],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    time.sleep(CO_RUNNER_STARTUP_S)
+    try:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the co-runner of {task} at batch {batch} ended early ({proc.returncode})")
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+CO_RUNNER_STARTUP_S = 15  # its imports and model built: it computes from then on
+
+
+@app.command("co-reference")
+def co_reference(repeats: int = 5) -> None:
+    for task, batches in CO_BATCHES.items():
+        for b in batches:
+            out = OUT / f"{task}-coref-b{b}"
+            if (out / "report.md").exists():
+                continue
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir(parents=True)
+            with co_runner(task, b, out):
+                single_runs(task, b, out, repeats, ("taskset", "-c", "0"))
+
+
 @app.command("micro-reference")
 def micro_reference(repeats: int = 5) -> None:
     for task, batches in MICRO_BATCHES.items():
         for b in batches:
             out = OUT / f"{task}-reference-b{b}"
             if not (out / "report.md").exists():
-                rounds = repeats if task == "mnist" else 3
-                args = [*TASK_ARGS[task], "--batch-size", str(b), "--backends", "single", "--nprocs", "1"]
-                run(["run.py", "compare", *args, "--threads", "1", "--repeats", str(rounds), "--out", str(out)])
+                single_runs(task, b, out, repeats)
 
 
-@app.command()
-def revised() -> None:
-    """Every case with the revised model (the micro-batch measured), and the held-out sweep, before measuring it."""
-    REVISED.mkdir(parents=True, exist_ok=True)
-    for sweep in (*CASES, HELDOUT):
+def predict_every(sweeps: tuple[Sweep, ...], folder: Path, commbench_root: Path, references=reference_dirs) -> None:
+    """`run.py project` for every case of `sweeps` not yet predicted into `folder`, the micro-batches measured."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for sweep in sweeps:
         for rate, acc, comp in sweep.cases():
-            path = prediction_path(sweep, rate, acc, comp, revised=True)
+            path = prediction_path(sweep, rate, acc, comp, folder)
             if not path.exists():
-                refs = [str(d) for d in reference_dirs(sweep.task)]
+                refs = [str(d) for d in references(sweep.task)]
                 plan = [*NODES, "--batch-size", str(batch_of(sweep)), "--accumulate", str(acc)]
                 run(
                     [
@@ -396,7 +573,7 @@ def revised() -> None:
                         "project",
                         *refs,
                         "--commbench",
-                        str(OUT / "commbench" / rate),
+                        str(commbench_root / rate),
                         *plan,
                         "--grad-compression",
                         comp,
@@ -406,25 +583,128 @@ def revised() -> None:
                 )
 
 
-@app.command("commbench-doc")
-def commbench_doc(out: Annotated[Path, typer.Option()] = ROOT / "docs" / "commbench.md") -> None:
-    lines = commbench_lines()
-    write_section(out, COMMBENCH_SECTION, lines)
-    print("\n".join(lines))
+@app.command()
+def revised() -> None:
+    """Every case with the revised model (the micro-batch measured), and the held-out sweep, before measuring it."""
+    predict_every((*CASES, HELDOUT), REVISED, OUT / "commbench")
 
 
 @app.command()
-def table(out: Annotated[Path, typer.Option()] = ROOT / "docs" / "projection.md") -> None:
-    data = rows()
-    (OUT / "validation.json").write_text(json.dumps(data, indent=1) + "\n")
-    lines = table_lines(data)
-    write_section(out, SECTION, lines)
-    print("\n".join(lines))
-    if REVISED.exists():
-        data = rows((*CASES, HELDOUT), revised=True)
-        (OUT / "validation-revised.json").write_text(json.dumps(data, indent=1) + "\n")
-        lines = table_lines(data, REVISED_SECTION, REVISED_SOURCE)
-        write_section(out, REVISED_SECTION, lines)
+def loaded() -> None:
+    """Every case with the third model (commbench-load's fits; the slowest rank), and its held-out sweeps, before
+    measuring them."""
+    predict_every(THIRD_SWEEPS, LOADED, LOADED_COMMBENCH, co_reference_dirs)
+
+
+LOADED_COMMBENCH_SECTION = "## Measured under load, and with fp16 compression"
+SHOWN_SIZES = (262144, 1048576, 4194304, 16777216)  # the validation's buckets and fusions are in this range
+
+
+def loaded_commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
+    """Per rate and size: each library's time uncompressed and with fp16, its CPU time on an idle core and what it
+    took from a computing thread on its core; then the fits of the last."""
+    from distbench.scaling import commbench as cb
+
+    lines = [
+        LOADED_COMMBENCH_SECTION,
+        "",
+        f"Produced by `python -m benchmarks.projection commbench-load` (each rate: `run.py commbench --backends "
+        f"{BACKENDS} {' '.join(NODES)} --link-rate RATE {' '.join(PER_NODE)} --grad-compression none,fp16 --sizes "
+        f"4 KiB..16 MiB --repeats 5 --rounds 2 --out docs/results/projection/commbench-load/RATE`) on {machine()}; "
+        "this section by `python -m benchmarks.projection commbench-doc`. Medians over 10 repeats (5 per launch, 2 "
+        "launches alternating the order). Each cell: time ms uncompressed / with fp16 (S is the float32 gradient's "
+        "bytes; half travel); then CPU ms on an idle core / ms taken under load, uncompressed.",
+        "",
+    ]
+    fit_rows = []
+    for rate in rates:
+        out = LOADED_COMMBENCH / rate
+        rows = cb.summarize([json.loads(line) for line in (out / cb.RECORDS).read_text().splitlines()])
+        by = {(r["backend"], r["grad_compression"], r["size_bytes"]): r for r in rows}
+        names = sorted({r["backend"] for r in rows})
+        lines += [
+            f"### {rate if rate != 'none' else 'unshaped'} (under load)",
+            "",
+            "| size | " + " | ".join(f"{b}: time / fp16 ms; CPU idle / taken ms" for b in names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for size in SHOWN_SIZES:
+            cells = []
+            for b in names:
+                plain, half = by[b, "none", size], by[b, "fp16", size]
+                cells.append(
+                    f"{plain['time_s'] * 1e3:.2f} / {half['time_s'] * 1e3:.2f}; "
+                    f"{plain['cpu_s'] * 1e3:.2f} / {plain['loaded_cpu_s'] * 1e3:.2f}"
+                )
+            lines.append(f"| {cb._size(size)} | " + " | ".join(cells) + " |")
+        lines.append("")
+        fitted = json.loads((out / cb.FIT).read_text())
+        for b in names:
+            for comp, f in (("none", fitted[b]), ("fp16", fitted[b]["compressed"]["fp16"])):
+                fit_rows.append(
+                    f"| {rate} | {cb.label(b, comp)} | {f['alpha_s'] * 1e3:.3f} | {f['beta_s_per_byte'] * 1e9:.3f} | "
+                    f"{f['cpu_alpha_s'] * 1e3:.3f} | {f['cpu_beta_s_per_byte'] * 1e9:.3f} | "
+                    f"{f['loaded_cpu_alpha_s'] * 1e3:.3f} | {f['loaded_cpu_beta_s_per_byte'] * 1e9:.3f} |"
+                )
+    return lines + [
+        "### Fits: time, CPU time on an idle core, and the computation taken under load",
+        "",
+        "| link | backend | alpha ms | beta ns/B | CPU alpha ms | CPU beta ns/B | taken alpha ms | taken beta ns/B |",
+        "|---|---|---|---|---|---|---|---|",
+        *fit_rows,
+        "",
+    ]
+
+
+@app.command("commbench-doc")
+def commbench_doc(
+    out: Annotated[Path, typer.Option()] = ROOT / "docs" / "commbench.md",
+    which: Annotated[str, typer.Option(help="The sections to write: first, loaded.")] = "first,loaded",
+) -> None:
+    chosen = which.split(",")
+    for name, section, lines_of in (
+        ("first", COMMBENCH_SECTION, commbench_lines),
+        ("loaded", LOADED_COMMBENCH_SECTION, loaded_commbench_lines),
+    ):
+        if name in chosen and (name == "first" or LOADED_COMMBENCH.exists()):
+            lines = lines_of()
+            write_section(out, section, lines)
+            print("\n".join(lines))
+
+
+@app.command()
+def table(
+    out: Annotated[Path, typer.Option()] = ROOT / "docs" / "projection.md",
+    models: Annotated[str, typer.Option(help="The sections to write: first, revised, third.")] = "first,revised,third",
+) -> None:
+    chosen = models.split(",")
+    sections = (
+        ("first", CASES, None, OUT, "validation.json", (SECTION, FIRST_SOURCE, ())),
+        (
+            "revised",
+            (*CASES, HELDOUT),
+            REVISED,
+            OUT,
+            "validation-revised.json",
+            (REVISED_SECTION, REVISED_SOURCE, (HELDOUT,)),
+        ),
+        (
+            "third",
+            THIRD_SWEEPS,
+            LOADED,
+            THIRD,
+            "validation-loaded.json",
+            (LOADED_SECTION, LOADED_SOURCE, HELDOUT_LOADED),
+        ),
+    )
+    for name, sweeps, folder, root, json_name, (section, source, heldout) in sections:
+        if name not in chosen or (folder is not None and not folder.exists()):
+            continue
+        data = rows(sweeps, folder, root)
+        (OUT / json_name).write_text(json.dumps(data, indent=1) + "\n")
+        where = f"docs/results/projection/{root.relative_to(OUT)}/".replace("/./", "/")
+        lines = table_lines(data, section, source, heldout, where, recorded_machine(sweeps, root))
+        write_section(out, section, lines)
         print("\n".join(lines))
 
 
