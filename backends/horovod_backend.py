@@ -85,9 +85,11 @@ class HorovodBackend(Backend):
 
     def gradient_all_reduce(self, t: torch.Tensor) -> None:
         # Horovod: DistributedOptimizer's hooks queue each gradient's in-place all-reduce for the background thread,
-        # which fuses what is ready into its fusion buffer (one tensor here: its own size, through the buffer)
+        # which fuses what is ready into its fusion buffer (one tensor here: its own size, through the buffer). They
+        # name it after its parameter, so that from the second step on the response cache spares it the full
+        # negotiation; an unnamed all-reduce gets a new name, and a full negotiation, every call (0.2-0.4 ms here)
         if self.world_size > 1:
-            hvd.synchronize(hvd.allreduce_async_(t, op=hvd.Sum))
+            hvd.synchronize(hvd.allreduce_async_(t, name=f"gradient.{t.dtype}.{t.numel()}", op=hvd.Sum))
 
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         if self.world_size == 1:
