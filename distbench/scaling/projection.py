@@ -3,18 +3,21 @@
 Three measurements go in, each where it is measured best:
 
 - the computation, from a compare sweep's `single` x1 runs: the step's phases (data, forward+backward, optimizer)
-  at the sweep's global batch, per run (`Reference`);
+  and how much a step's time varies, at the sweep's global batch and at each batch it ran, per run (`Reference`);
 - the shape of backward, from the task's own model on this machine (`Profile`): when each gradient is ready, as a
   fraction of backward, forward's share of forward+backward, and how forward+backward scales from the sweep's batch
   to a process's micro-batch;
 - the link, from commbench's fit of each library's own all-reduce (`Link`): t(S) = alpha + beta S at the world size
-  it was measured at, carried to other world sizes as a ring all-reduce; or the link's nominal rate.
+  it was measured at, carried to other world sizes as a ring all-reduce (as is, or as its compression sends it); on
+  CPU nodes also what it takes from a computing core, fitted alike; or the link's nominal rate.
 
 Each library's step is then a timeline (`ddp_step`, `horovod_step`): gradients become ready during the last
-micro-batch's backward, are grouped as the library groups them (DDP's buckets, by torch's own assignment; Horovod's
-fusion of what is ready at each cycle) and all-reduced one after another on the link; the step ends when both
-backward and the last all-reduce are done, then the optimizer runs. The interval comes from the measurements'
-spread: the prediction is repeated on bootstrap resamples of the reference runs and of commbench's repeats.
+micro-batch's backward, as late as the slowest of the ranks gets there (`expected_max_normal`), are grouped as the
+library groups them (DDP's buckets, by torch's own assignment; Horovod's fusion of what is ready at each cycle) and
+all-reduced one after another on the link; the step ends when both backward (on CPU nodes, lengthened by what the
+all-reduces take from it) and the last all-reduce are done, then the optimizer runs. The interval comes from the
+measurements' spread: the prediction is repeated on bootstrap resamples of the reference runs and of commbench's
+repeats.
 """
 
 from __future__ import annotations
