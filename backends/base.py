@@ -29,6 +29,10 @@ class ReduceOp(str, Enum):
     MIN = "min"
 
 
+# the dtype each 16-bit name means (--grad-compression fp16/bf16, --precision bf16)
+SIXTEEN_BIT = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
 def _own_generator() -> torch.Generator:
     """Each DataLoader iterator draws a seed from its generator; a private one keeps that draw off the
     global RNG, so evaluating mid-run (or not) cannot shift the dropout masks of training."""

@@ -25,9 +25,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+from distbench.backends.base import SIXTEEN_BIT
 from distbench.backends.ddp import DDPBackend
 
-_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # the whole tensors, on the CPU, as DDP saves them
 
 
@@ -35,8 +35,8 @@ def mixed_precision_policy(precision: str, grad_compression: str) -> MixedPrecis
     """--precision bf16: parameters all-gathered and computed in bf16; --grad-compression fp16/bf16: gradients
     reduced in 16 bits (otherwise in the parameters' dtype, fp32 under bf16 too)."""
     return MixedPrecisionPolicy(
-        param_dtype=_DTYPES.get(precision if precision == "bf16" else "none"),
-        reduce_dtype=_DTYPES.get(grad_compression, torch.float32 if precision == "bf16" else None),
+        param_dtype=SIXTEEN_BIT.get(precision if precision == "bf16" else "none"),
+        reduce_dtype=SIXTEEN_BIT.get(grad_compression, torch.float32 if precision == "bf16" else None),
     )
 
 

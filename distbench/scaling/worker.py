@@ -29,7 +29,8 @@ import torch
 
 from distbench import leave
 from distbench.backends import get_spec
-from distbench.backends.base import ReduceOp
+from distbench.backends.base import SIXTEEN_BIT, ReduceOp
+from distbench.config import GradCompression
 from distbench.launching import launch
 
 WARMUP = 3  # untimed all-reduces per size: connections set up, buffers allocated
@@ -93,7 +94,7 @@ def exchange(backend, compression: str):
     """The library's all-reduce of a float32 gradient, as it sends it: as is, or cast to 16 bits and back."""
     if compression == "none":
         return backend.gradient_all_reduce
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[compression]
+    dtype = SIXTEEN_BIT[compression]
 
     def compressed(t: torch.Tensor) -> None:
         # DDP's fp16_compress_hook (Accelerate's comm hook of that name), Horovod's Compression.fp16: cast the
@@ -103,6 +104,23 @@ def exchange(backend, compression: str):
         t.copy_(wire)
 
     return compressed
+
+
+def under_load(backend, all_reduce, t: torch.Tensor, load: Load, idle_s: float) -> tuple[float, float]:
+    """One all-reduce while the load computes, after a baseline as long as it took idle: its seconds and the
+    computation it took."""
+    load.resume()
+    backend.barrier()
+    b0 = time.perf_counter()
+    time.sleep(max(MIN_BASELINE_S, idle_s))
+    b1 = time.perf_counter()
+    backend.barrier()
+    w0 = time.perf_counter()
+    all_reduce(t)
+    w1 = time.perf_counter()
+    lost = taken(load, (w0, w1), (b0, b1))
+    load.pause()
+    return w1 - w0, lost
 
 
 def time_all_reduce(backend, size: int, repeats: int, compression: str, load: Load | None) -> dict[str, list[float]]:
@@ -121,18 +139,9 @@ def time_all_reduce(backend, size: int, repeats: int, compression: str, load: Lo
         out["time_s"].append(time.perf_counter() - t0)
         out["cpu_s"].append(time.process_time() - c0)
         if load is not None:
-            load.resume()
-            backend.barrier()
-            b0 = time.perf_counter()
-            time.sleep(max(MIN_BASELINE_S, out["time_s"][-1]))
-            b1 = time.perf_counter()
-            backend.barrier()
-            w0 = time.perf_counter()
-            all_reduce(t)
-            w1 = time.perf_counter()
-            out["loaded_time_s"].append(w1 - w0)
-            out["loaded_cpu_s"].append(taken(load, (w0, w1), (b0, b1)))
-            load.pause()
+            wall, lost = under_load(backend, all_reduce, t, load, out["time_s"][-1])
+            out["loaded_time_s"].append(wall)
+            out["loaded_cpu_s"].append(lost)
     measured = [k for k, v in out.items() if v]
     slowest = backend.all_reduce(torch.tensor([out[k] for k in measured], dtype=torch.float64), ReduceOp.MAX)
     return dict(zip(measured, slowest.tolist(), strict=True))
@@ -143,7 +152,7 @@ def main() -> None:
     p.add_argument("--backend", required=True)
     p.add_argument("--sizes", required=True, help="comma-separated message sizes in bytes")
     p.add_argument("--repeats", type=int, required=True)
-    p.add_argument("--grad-compression", default="none", choices=("none", "fp16", "bf16"))
+    p.add_argument("--grad-compression", default="none", choices=tuple(GradCompression.__members__))
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", required=True)
     a = p.parse_args()
@@ -165,7 +174,7 @@ def main() -> None:
             "launcher": env.launcher,
             "nodes": env.nodes,
             "grad_compression": a.grad_compression,
-            "measured": {size: r for size, r in results.items()},
+            "measured": results,
         }
         with open(a.output, "w", encoding="utf-8") as f:
             json.dump(record, f)
