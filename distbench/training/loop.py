@@ -20,7 +20,7 @@ import torch
 
 from distbench.backends import get_spec
 from distbench.backends.base import Backend, ReduceOp
-from distbench.config import RunConfig, check_output_writable, default_threads, validate
+from distbench.config import RunConfig, busy_machine, check_output_writable, default_threads, validate
 from distbench.data import download
 from distbench.errors import UserError
 from distbench.launching import launch, topology
@@ -223,6 +223,12 @@ class Trainer:
             return list(self.prior_losses)
         return self.prior_losses + self.backend.all_reduce(torch.stack(self.losses), ReduceOp.AVG).tolist()
 
+    def shows(self, step: int) -> bool:
+        """Whether the progress bar shows this step's loss: the global mean, as the record keeps it, a collective.
+        The same answer on every rank (the options, never is_main): every rank must join that all-reduce, though only
+        the main process has a bar. Only every log_every steps, and not at all without a bar (a sweep's runs)."""
+        return self.cfg.progress and (step % self.cfg.log_every == 0 or step == self.parts.total_steps)
+
     def train_step(self, batch, timer: StepTimer) -> torch.Tensor:
         """One optimizer step over this rank's share of a global batch, in --accumulate micro-batches; returns
         the mean of their losses."""
@@ -246,7 +252,7 @@ class Trainer:
         return loss.detach().float()
 
     def train_epoch(self, epoch: int, start_step: int, timer: StepTimer) -> None:
-        parts, backend, cfg = self.parts, self.backend, self.cfg
+        parts, backend = self.parts, self.backend
         backend.set_epoch(epoch, max(0, start_step - epoch * parts.steps_per_epoch))
         batches = iter(parts.train_loader)
         while self.step < parts.total_steps:
@@ -258,8 +264,8 @@ class Trainer:
             self.losses.append(loss)
             self.step += 1
             timer.end_step()
-            if self.reporter.progress and (self.step % cfg.log_every == 0 or self.step == parts.total_steps):
-                self.reporter.update(self.step, loss.item())  # the only per-step host sync, every log_every steps
+            if self.shows(self.step):
+                self.reporter.update(self.step, backend.all_reduce(loss, ReduceOp.AVG))  # as the record keeps it
             if self.checkpointer.due(self.step):
                 self.checkpointer.save(self.step, self.loss_history())
             _inject_fault(backend.launch, self.step)
@@ -348,6 +354,10 @@ def run(cfg: RunConfig) -> dict:
     trainer = Trainer(task, backend, cfg, reporter, clock)
     if resume is not None:
         trainer.restore(resume)
+    # said as training starts, after every check that can refuse the run (their error is then its one line)
+    busy = busy_machine(threads * launch_env.local_world_size)
+    if busy:
+        reporter.info(busy)
     record = build_record(trainer, facts, *trainer.train())
     reporter.write_record(record, cfg.output)
     reporter.summary(record, cfg.output)

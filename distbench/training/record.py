@@ -9,11 +9,12 @@ import os
 import platform
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from typing import TYPE_CHECKING
 
 import torch
+from torch import nn
 
 import distbench
 from distbench.backends.base import Backend, ReduceOp
@@ -34,6 +35,8 @@ class Facts:
     startup: StartupClock  # from the process's start to its first training step
     started_at: str
     cores: list[int] | None = None  # the cores this process is pinned to; None: not pinned
+    # the machine's 1-minute load average when these facts are gathered: after the imports, before training
+    load_before: float = field(default_factory=lambda: os.getloadavg()[0])
 
 
 def _version(pkg: str) -> str | None:
@@ -57,7 +60,46 @@ def environment(backend: Backend, threads: int, cores: list[int] | None) -> dict
         "pinned_cores": cores,  # this process's cores (see distbench/launching/affinity.py); None: not pinned
         "device": str(backend.device),
         "device_name": torch.cuda.get_device_name(backend.device) if backend.device.type == "cuda" else "cpu",
+        "collective": collective(backend),
     }
+
+
+def collective(backend: Backend) -> str | None:
+    """The library the ranks' collectives run on: torch.distributed's process group (gloo on CPU, nccl on GPU) for
+    the torch-based backends; for Horovod, its own operations as it was built and started (the Gloo compiled into
+    it on CPU, NCCL for GPU tensors where it was built with NCCL); None for one process without a group."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return str(dist.get_backend())
+    if backend.name == "horovod":
+        import horovod.torch as hvd
+
+        if backend.device.type == "cuda" and hvd.nccl_built():
+            return "nccl"
+        return "gloo" if hvd.gloo_enabled() else "mpi" if hvd.mpi_enabled() else None
+    return None
+
+
+def machine_load(facts: Facts, topo: dict, world_size: int, threads: int) -> dict:
+    """The machine's 1-minute load average before training (Facts) and now, at its end, beside the machine's cores
+    (the scope of the load average: the whole machine) and the cores this run's processes on it asked for (threads x
+    processes: all ranks for one node or simulated nodes, this node's for real ones). The report's warning and its
+    definition: docs/statistics.md, "The machine's load"."""
+    here = world_size if topo["simulated"] or topo["nodes"] == 1 else topo["local_world_size"]
+    return {
+        "avg_1m_before": round(facts.load_before, 2),
+        "avg_1m_after": round(os.getloadavg()[0], 2),
+        "cores": os.cpu_count(),
+        "cores_used": here * threads,
+    }
+
+
+def dropout_p(model: nn.Module) -> float:
+    """The largest probability of the model's dropout layers (0.0: none, or all off): what the model really drew
+    masks with, whatever the option said."""
+    kinds = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout, nn.FeatureAlphaDropout)
+    return max((float(m.p) for m in model.modules() if isinstance(m, kinds)), default=0.0)
 
 
 def peak_memory_mb(backend: Backend) -> float:
@@ -119,6 +161,7 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
     first_step = timer.first_step_unix
     if first_step is not None:
         facts.startup.mark("first_step", at=first_step)
+    topo = topology.describe(backend.launch, placement(backend))
     return {
         "schema_version": distbench.SCHEMA_VERSION,
         "backend": backend.name,
@@ -158,7 +201,8 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         .tolist(),
         "accuracy_meaningful": getattr(trainer.task, "accuracy_meaningful", True),  # False: synthetic data
         "environment": environment(backend, cfg.threads, facts.cores),
-        "topology": topology.describe(backend.launch, placement(backend)),
+        "topology": topo,
+        "load": machine_load(facts, topo, backend.world_size, cfg.threads),
         "scheduler": scheduler_facts(),  # Slurm's job, step and node of the main process (None: no scheduler)
         "link_mode": link.recorded_mode(),  # shared (a bucket on loopback) or per-node (a NIC per node; netns.py)
         "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (launching/link.py); None: unshaped
@@ -166,6 +210,8 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         # torchrun: how often this machine's agent had restarted the worker group when this run began
         "launcher_restarts": backend.launch.restart_count,
         "precision": cfg.precision,
+        # the largest dropout probability of the model's layers: with dropout on, each rank draws its own masks
+        "dropout_p": dropout_p(backend.unwrap(parts.model)),
         "config": cfg.to_dict(),
         "started_at": facts.started_at,
         "wall_time_s": time.time() - facts.startup.process_start,

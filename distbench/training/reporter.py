@@ -6,11 +6,13 @@ Every method is a no-op on processes other than the main one, so the loop can ca
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import SupportsFloat
 
 from tqdm import tqdm
 
@@ -33,9 +35,11 @@ class Reporter:
                 total=total_steps, initial=initial, desc=desc, unit="step", dynamic_ncols=True, file=sys.stderr
             )
 
-    def update(self, step: int, loss: float) -> None:
+    def update(self, step: int, loss: SupportsFloat) -> None:
+        """Show the step and its loss (the global mean, as the record keeps it). A tensor's value is read here, on
+        the main process only: the other ranks do not wait for their copy."""
         if self._bar is not None:
-            self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+            self._bar.set_postfix(loss=f"{float(loss):.4f}", refresh=False)
             self._bar.update(step - self._bar.n)
 
     def close(self) -> None:
@@ -51,7 +55,7 @@ class Reporter:
         try:
             write_record(record, path)
         except OSError as e:
-            print(json.dumps(record, sort_keys=True), file=sys.stderr, flush=True)
+            print(to_json(record, sort_keys=True), file=sys.stderr, flush=True)
             raise RecordNotWritten(
                 f"could not write the record to {path} ({e.strerror or e}); it is the JSON line above, on stderr"
             ) from e
@@ -69,16 +73,39 @@ class Reporter:
         )
 
 
+def finite(value):
+    """`value` with every float that is not finite (NaN, an infinity) replaced by None, in nested dicts, lists and
+    tuples too: what was not measured, or not defined, is null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def to_json(value, **dumps_options) -> str:
+    """`value` as JSON text, valid by the standard: a float that is not finite becomes null (Python's json would
+    write NaN or Infinity, which no other JSON reader accepts). Every JSON file distbench writes goes through it."""
+    return json.dumps(finite(value), allow_nan=False, **dumps_options)
+
+
+def write_json(path: Path, value, **dumps_options) -> None:
+    """A whole JSON file (to_json), ended by a newline."""
+    path.write_text(to_json(value, **dumps_options) + "\n", encoding="utf-8")
+
+
 def write_record(record: dict, path: Path) -> None:
     """`.jsonl`: append one line (never rewrites what is there). `.json`: write atomically (temp + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix == ".jsonl":
-        append_line(path, json.dumps(record, sort_keys=True))
+        append_line(path, to_json(record, sort_keys=True))
         return
+    text = to_json(record, indent=2, sort_keys=True) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(record, f, indent=2, sort_keys=True)
-        f.write("\n")
+        f.write(text)
     os.replace(tmp, path)
 
 
