@@ -47,6 +47,7 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, child_env, machine, write_section
+from distbench.training.reporter import write_json
 
 OUT = ROOT / "docs" / "results" / "projection"
 RATES = ("none", "1gbit", "500mbit", "200mbit", "100mbit")
@@ -116,6 +117,11 @@ HELDOUT_LOADED = (
 # kind of 2-core VM, another kernel build): its validation measures every case again here, 3 rounds each, into THIRD
 THIRD = OUT / "third"
 THIRD_SWEEPS = (*HELDOUT_LOADED, *(replace(s, repeats=3) for s in CASES))  # the held-out first
+
+
+def _cell(f: dict, key: str, scale: float, spec: str = ".3f") -> str:
+    """A fit.json value scaled for the table; null (a fit commbench found not physical) says so."""
+    return "not physical" if f.get(key) is None else format(f[key] * scale, spec)
 
 
 def batch_of(sweep: Sweep) -> int:
@@ -463,8 +469,8 @@ def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
         for b in names:
             f = fitted[b]
             fits_rows.append(
-                f"| {rate} | {b} | {f['alpha_s'] * 1e3:.3f} | {f['bus_bandwidth_Bps'] / 1e6:.1f} | "
-                f"{f['cpu_alpha_s'] * 1e3:.3f} | {f['cpu_beta_s_per_byte'] * 1e9:.3f} |"
+                f"| {rate} | {b} | {_cell(f, 'alpha_s', 1e3)} | {_cell(f, 'bus_bandwidth_Bps', 1e-6, '.1f')} | "
+                f"{_cell(f, 'cpu_alpha_s', 1e3)} | {_cell(f, 'cpu_beta_s_per_byte', 1e9)} |"
             )
             if bits:
                 top = by[b, sizes[-1]]["busbw_Bps"]
@@ -642,9 +648,10 @@ def loaded_commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
         for b in names:
             for comp, f in (("none", fitted[b]), ("fp16", fitted[b]["compressed"]["fp16"])):
                 fit_rows.append(
-                    f"| {rate} | {cb.label(b, comp)} | {f['alpha_s'] * 1e3:.3f} | {f['beta_s_per_byte'] * 1e9:.3f} | "
-                    f"{f['cpu_alpha_s'] * 1e3:.3f} | {f['cpu_beta_s_per_byte'] * 1e9:.3f} | "
-                    f"{f['loaded_cpu_alpha_s'] * 1e3:.3f} | {f['loaded_cpu_beta_s_per_byte'] * 1e9:.3f} |"
+                    f"| {rate} | {cb.label(b, comp)} | {_cell(f, 'alpha_s', 1e3)} | "
+                    f"{_cell(f, 'beta_s_per_byte', 1e9)} | "
+                    f"{_cell(f, 'cpu_alpha_s', 1e3)} | {_cell(f, 'cpu_beta_s_per_byte', 1e9)} | "
+                    f"{_cell(f, 'loaded_cpu_alpha_s', 1e3)} | {_cell(f, 'loaded_cpu_beta_s_per_byte', 1e9)} |"
                 )
     return lines + [
         "### Fits: time, CPU time on an idle core, and the computation taken under load",
@@ -701,7 +708,7 @@ def table(
         if name not in chosen or (folder is not None and not folder.exists()):
             continue
         data = rows(sweeps, folder, root)
-        (OUT / json_name).write_text(json.dumps(data, indent=1) + "\n")
+        write_json(OUT / json_name, data, indent=1)
         where = f"docs/results/projection/{root.relative_to(OUT)}/".replace("/./", "/")
         lines = table_lines(data, section, source, heldout, where, recorded_machine(sweeps, root))
         write_section(out, section, lines)

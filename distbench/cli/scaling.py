@@ -12,7 +12,7 @@ import typer
 
 from distbench.backends import ALL_REDUCING
 from distbench.cli.declared import new_app
-from distbench.cli.sweep import _executor
+from distbench.cli.sweep import _executor, exit_if_failed
 from distbench.errors import UserError
 from distbench.launching import link
 
@@ -55,8 +55,7 @@ def commbench(
     if (out / cb.RECORDS).exists():
         raise UserError(f"{out} already holds a commbench ({cb.RECORDS}); choose another --out")
     link.check_mode(link_mode)
-    executor = _executor(scheduler, "usual")
-    out.mkdir(parents=True, exist_ok=True)
+    executor = _executor(scheduler, "usual")  # cb.run creates the folder once the executor has checked the plan
     bench = cb.Bench(
         names, message_sizes, nodes, nprocs, link_rate, link_mode, repeats, rounds, run_timeout_s, compressions
     )
@@ -65,7 +64,11 @@ def commbench(
     except KeyboardInterrupt:
         print(f"interrupted: the current launch was stopped; records so far are in {out / cb.RECORDS}", file=sys.stderr)
         raise typer.Exit(130) from None
-    print(cb.write(recs, out, "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])))
+    if recs:
+        print(cb.write(recs, out, "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])))
+    launched = len({(r["backend"], r["grad_compression"], r["round"]) for r in recs})
+    planned = len(bench.configs()) * rounds
+    exit_if_failed(planned - launched, planned, f"their logs, {out / 'runs'}")
 
 
 def project(
@@ -142,6 +145,9 @@ def project(
     projection = pj.Projection(ref, measured, plan, links, rate, cap)
     rows = [projection.predict(b) for b in names]
     pj.write(rows, measured, output)
+    print("\n".join(projection.scope(sweep_dirs)), flush=True)  # before the warnings (stderr), as they follow
+    for warning in dict.fromkeys(w for r in rows for w in r["warnings"]):  # each once: ddp and accelerate share
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     print(pj.table(rows))
     link_said = f"commbench {commbench}" if links else "nominal rate, no latency"
     micro = projection.micro_runs
@@ -151,9 +157,8 @@ def project(
         else f"forward+backward scaled to micro-batch {plan.micro_batch} by the profile (no run at it)"
     )
     print(
-        f"\nComputation: the {len(ref.runs)} `single` x1 run(s) of {' '.join(map(str, sweep_dirs))} at global batch "
-        f"{ref.batch_size} ({ref.task}, {ref.threads} thread(s) per process: plan processes with as many cores), "
-        f"{at_micro}. Link: {link_said}. Model and assumptions: docs/projection.md. Written to {output}."
+        f"\nComputation: {at_micro}; plan processes with as many cores as the reference's {ref.threads} thread(s). "
+        f"Link: {link_said}. Model and assumptions: docs/projection.md. Written to {output}."
     )
 
 

@@ -5,16 +5,18 @@ Definitions (nccl-tests, doc/PERFORMANCE.md): for a message of S bytes all-reduc
 algbw = S / t, and busbw = algbw x 2(n-1)/n, the rate each rank's link carries in a ring all-reduce (it sends and
 receives 2(n-1)/n of the message), comparable with the link's rate whatever n is. DeepSpeed's communication benchmark
 calls 2S/t "throughput": a different number. The fit is t(S) = alpha + beta S over the sizes' medians, weighted by
-1/t (`fit` says why); alpha is the latency, 2(n-1)/(n beta) the bus bandwidth the large messages reach.
+1/t (`fit` says why); alpha is the latency, 2(n-1)/(n beta) the bus bandwidth the large messages reach. A fit is
+called physical only where the measurements can make it a latency and a bandwidth (`unphysical` says when not); one
+that is not is said so, with its reason, and its values are null.
 
-Writes DIR/commbench.jsonl (one record per backend x size x repeat), DIR/summary.csv, DIR/fit.json (alpha and beta
-per backend), DIR/commbench.md and DIR/busbw.png.
+Writes DIR/commbench.jsonl (one record per backend x size x repeat, with the machine's load around its launch),
+DIR/summary.csv, DIR/fit.json (alpha and beta per backend, or why not), DIR/commbench.md and DIR/busbw.png.
 """
 
 from __future__ import annotations
 
 import csv
-import json
+import os
 import platform
 import statistics
 import sys
@@ -23,12 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from distbench.config import available_cpus
-from distbench.errors import UserError
 from distbench.sweep import stats
 from distbench.sweep.configuration import SweepConfig
-from distbench.training.reporter import append_line
+from distbench.training.reporter import append_line, to_json, write_json
 
 DEFAULT_SIZES = tuple(4096 * 4**i for i in range(8))  # 4 KiB to 64 MiB
+MIN_SIZES = 3  # a line through two points fits them exactly: a third is the least that can test it
 RECORDS, SUMMARY, FIT = "commbench.jsonl", "summary.csv", "fit.json"
 
 
@@ -52,13 +54,21 @@ class Fit:
     def seconds(self, size: float) -> float:
         return self.alpha_s + self.beta_s_per_byte * size
 
-    def bus_bandwidth(self, world_size: int) -> float:
-        """Bytes per second on each link that large messages reach: 2(n-1)/(n beta)."""
-        return 2 * (world_size - 1) / (world_size * self.beta_s_per_byte) if self.beta_s_per_byte > 0 else float("inf")
+    def bus_bandwidth(self, world_size: int) -> float | None:
+        """Bytes per second on each link that large messages reach: 2(n-1)/(n beta); None where beta is not above
+        0 (no bandwidth was seen)."""
+        return 2 * (world_size - 1) / (world_size * self.beta_s_per_byte) if self.beta_s_per_byte > 0 else None
+
+    @property
+    def half_size(self) -> float:
+        """Hockney's n1/2 = alpha / beta: the message whose transfer takes as long as the latency (the time of a
+        smaller one is mostly latency, of a larger one mostly transfer)."""
+        return self.alpha_s / self.beta_s_per_byte
 
 
-def fit(sizes: list[int], seconds: list[float]) -> Fit:
-    """Least squares of t = alpha + beta S, each point weighted by 1/t.
+def least_squares(sizes: list[int], seconds: list[float]) -> Fit:
+    """Least squares of t = alpha + beta S, each point weighted by 1/t (every t above 0), as it comes: alpha or
+    beta may be negative.
 
     The weight sits between the absolute error (1: the largest message alone decides) and the relative error (1/t^2:
     the many small messages decide, and they do not follow the line: a token bucket passes a message smaller than its
@@ -72,7 +82,59 @@ def fit(sizes: list[int], seconds: list[float]) -> Fit:
     var = sum(wi * (s - mean_s) ** 2 for wi, s in zip(w, sizes, strict=True))
     cov = sum(wi * (s - mean_s) * (t - mean_t) for wi, s, t in zip(w, sizes, seconds, strict=True))
     beta = cov / var if var > 0 else 0.0
-    return Fit(max(0.0, mean_t - beta * mean_s), max(0.0, beta))
+    return Fit(mean_t - beta * mean_s, beta)
+
+
+def fit(sizes: list[int], seconds: list[float]) -> Fit:
+    """The least-squares line held to what a link can be: alpha and beta each at least 0 (`run.py project` takes
+    it so, and says where `unphysical` finds it is not a latency and a bandwidth)."""
+    raw = least_squares(sizes, seconds)
+    return Fit(max(0.0, raw.alpha_s), max(0.0, raw.beta_s_per_byte))
+
+
+def unphysical(sizes: list[int], values: list[float], what: str = "time") -> str | None:
+    """Why the line fitted to these per-size medians is not a latency and a bandwidth (every reason that holds);
+    None where it is. Not where:
+
+    - fewer than MIN_SIZES sizes: a line through two points fits them whatever they are, so nothing tests it;
+    - a median at or below 0 (of what an all-reduce takes from a computing thread, a difference of two timings: the
+      cost is then below what the measurement resolves);
+    - beta <= 0: the larger messages did not take longer, and the bandwidth would be unbounded;
+    - alpha < 0: the line gives the small messages a negative time (they did not follow it);
+    - the sizes do not reach both sides of n1/2 = alpha / beta (`Fit.half_size`): a size whose time is mostly
+      latency and one whose time is mostly transfer are both needed to tell the two apart; with all of them on one
+      side, that side's parameter is an extrapolation."""
+    distinct = sorted(set(sizes))
+    why = []
+    if len(distinct) < MIN_SIZES:
+        why.append(
+            f"{len(distinct)} size(s) ({', '.join(map(_size, distinct))}): a line fits any two points; time at least "
+            f"{MIN_SIZES} (--sizes)"
+        )
+    low = [s for s, v in zip(sizes, values, strict=True) if not v > 0]
+    if low:
+        why.append(f"the {what} is not above 0 at {', '.join(map(_size, low))}: below what the measurement resolves")
+    if low or len(distinct) < 2:  # no line to judge (its weights are 1/t)
+        return "; ".join(why)
+    f = least_squares(sizes, values)
+    if f.beta_s_per_byte <= 0:
+        why.append(
+            f"beta {f.beta_s_per_byte * 1e9:.3g} ns/byte <= 0: the larger messages did not take longer (no "
+            "bandwidth shows)"
+        )
+    elif f.alpha_s < 0:
+        why.append(
+            f"alpha {f.alpha_s * 1e3:.3g} ms < 0: the line gives messages under {_about(-f.half_size)} a negative "
+            "time (the small messages do not follow it)"
+        )
+    elif not why and not distinct[0] <= f.half_size <= distinct[-1]:
+        side, fix = ("smallest", "smaller") if f.half_size < distinct[0] else ("largest", "larger")
+        edge = distinct[0] if side == "smallest" else distinct[-1]
+        why.append(
+            f"latency and bandwidth are not told apart: alpha/beta = {_about(f.half_size)} (the size whose "
+            f"transfer takes as long as the latency) lies beyond the {side} size, {_size(edge)}; add {fix} sizes"
+        )
+    return "; ".join(why) or None
 
 
 @dataclass(frozen=True)
@@ -127,8 +189,17 @@ class Bench:
 MEASURES = ("time_s", "cpu_s", "loaded_time_s", "loaded_cpu_s")  # per repeat; the loaded two on CPU ranks only
 
 
-def records(result: dict, config: SweepConfig, rnd: int) -> list[dict]:
-    """The worker's measurements as one record per size and repeat."""
+def load_average() -> float | None:
+    """This machine's 1-minute load average (None where the platform keeps none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def records(result: dict, config: SweepConfig, rnd: int, load: dict | None = None) -> list[dict]:
+    """The worker's measurements as one record per size and repeat, each with the machine's load around its launch
+    (`load`: avg_1m_before, avg_1m_after, cores; as a training record's machine_load)."""
     n = result["world_size"]
     fields = {
         "backend": config.backend,
@@ -140,6 +211,7 @@ def records(result: dict, config: SweepConfig, rnd: int) -> list[dict]:
         "link_mode": config.link_mode,
         "launcher": result["launcher"],
         "round": rnd,
+        **({"machine_load": load} if load is not None else {}),
     }
     out = []
     for size, measured in result["measured"].items():
@@ -152,7 +224,7 @@ def records(result: dict, config: SweepConfig, rnd: int) -> list[dict]:
 
 def run(executor, bench: Bench, out: Path) -> list[dict]:
     """Every backend once per round (the order alternating by round); returns the records, also appended to
-    DIR/commbench.jsonl."""
+    DIR/commbench.jsonl. A launch that fails is one FAILED line with its cause (whole in its log) and no records."""
     configs = bench.configs()
     executor.check(configs)
     (out / "runs").mkdir(parents=True, exist_ok=True)
@@ -165,12 +237,15 @@ def run(executor, bench: Bench, out: Path) -> list[dict]:
             out_json = out / "runs" / f"{name}.json"
             print(f"commbench: {config.name()} round {rnd}: running", file=sys.stderr, flush=True)
             program = bench.program(config, out_json)
+            before = load_average()
             result = executor.run(config, [], out_json, out / "runs" / f"{name}.log", bench.timeout_s, program)
-            if result["status"] != "ok":
+            load = {"avg_1m_before": before, "avg_1m_after": load_average(), "cores": os.cpu_count()}
+            if result["status"] != "ok":  # the others go on; the command then says how many failed, and exits 1
                 last = (result.get("error") or "no output").splitlines()[-1]
-                raise UserError(f"commbench: {config.name()} failed: {last}")
-            for rec in records(result, config, rnd):
-                append_line(out / RECORDS, json.dumps(rec, sort_keys=True))
+                print(f"commbench: {config.name()} round {rnd}: FAILED: {last}", file=sys.stderr, flush=True)
+                continue
+            for rec in records(result, config, rnd, load):
+                append_line(out / RECORDS, to_json(rec, sort_keys=True))
                 found.append(rec)
     return found
 
@@ -217,26 +292,39 @@ def summarize(recs: list[dict]) -> list[dict]:
     return rows
 
 
+FITTED = (("", "time_s"), ("cpu_", "cpu_s"), ("loaded_cpu_", "loaded_cpu_s"))  # fit.json's prefix, the row's key
+SAID = {"time_s": "time", "cpu_s": "CPU time", "loaded_cpu_s": "computation taken under load"}
+
+
+def judged(sizes: list[int], values: list[float], prefix: str = "", what: str = "time") -> dict:
+    """One fit as fit.json holds it: alpha and beta where the fit is physical, else null and why not."""
+    why = unphysical(sizes, values, what)
+    f = fit(sizes, values) if why is None else None
+    return {
+        f"{prefix}alpha_s": f and f.alpha_s,
+        f"{prefix}beta_s_per_byte": f and f.beta_s_per_byte,
+        f"{prefix}physical": why is None,
+        f"{prefix}why": why,
+    }
+
+
 def _fit_of(rows: list[dict]) -> dict:
     sizes = [r["size_bytes"] for r in rows]
-    f = fit(sizes, [r["time_s"] for r in rows])
-    cpu = fit(sizes, [max(r["cpu_s"], 1e-9) for r in rows])
     n = rows[0]["world_size"]
     out = {
-        "alpha_s": f.alpha_s,
-        "beta_s_per_byte": f.beta_s_per_byte,
-        "cpu_alpha_s": cpu.alpha_s,  # the CPU time an all-reduce costs the busiest rank, fitted alike
-        "cpu_beta_s_per_byte": cpu.beta_s_per_byte,
+        "sizes_bytes": sizes,
         "world_size": n,
         "nodes": rows[0]["nodes"],
         "link_rate": rows[0]["link_rate"],
         "link_mode": rows[0]["link_mode"],
-        "bus_bandwidth_Bps": f.bus_bandwidth(n),
     }
-    if all(r["loaded_cpu_s"] == r["loaded_cpu_s"] for r in rows):  # measured (not NaN): CPU ranks
-        loaded = fit(sizes, [max(r["loaded_cpu_s"], 1e-9) for r in rows])
-        # the computation an all-reduce takes from a rank whose core also computes, fitted alike
-        out |= {"loaded_cpu_alpha_s": loaded.alpha_s, "loaded_cpu_beta_s_per_byte": loaded.beta_s_per_byte}
+    for prefix, key in FITTED:
+        values = [r[key] for r in rows]
+        # NaN: not measured (the computation taken under load: CPU ranks only; CPU time: not by old commbenches)
+        if all(v == v for v in values):
+            out |= judged(sizes, values, prefix, SAID[key])
+    # the bus bandwidth the large messages reach, of a physical fit only
+    out["bus_bandwidth_Bps"] = Fit(out["alpha_s"], out["beta_s_per_byte"]).bus_bandwidth(n) if out["physical"] else None
     return out
 
 
@@ -252,37 +340,75 @@ def fits(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
-def _mb(bps: float) -> str:
-    return f"{bps / 1e6:.1f}"
+def _mb(bps: float | None) -> str:
+    return "—" if bps is None else f"{bps / 1e6:.1f}"
 
 
 def _ms(seconds: float) -> str:
     return "—" if seconds != seconds else f"{seconds * 1e3:.3f}"  # NaN: not measured (GPU ranks)
 
 
+def _pair(f: dict, prefix: str) -> str:
+    """A fit's cells: alpha ms, beta ns/byte; or that it is not physical, or not measured."""
+    if f"{prefix}physical" not in f:
+        return "—"
+    if not f[f"{prefix}physical"]:
+        return "not physical"
+    return f"{f[f'{prefix}alpha_s'] * 1e3:.3f}, {f[f'{prefix}beta_s_per_byte'] * 1e9:.3f}"
+
+
 def _fit_cells(f: dict) -> str:
-    loaded = (
-        f"{f['loaded_cpu_alpha_s'] * 1e3:.3f}, {f['loaded_cpu_beta_s_per_byte'] * 1e9:.3f}"
-        if "loaded_cpu_alpha_s" in f
-        else "—"
+    time = (
+        f"{f['alpha_s'] * 1e3:.3f} | {f['beta_s_per_byte'] * 1e9:.3f}"
+        if f["physical"]
+        else "not physical | not physical"
     )
+    return f"{time} | {_mb(f['bus_bandwidth_Bps'])} | {_pair(f, 'cpu_')} | {_pair(f, 'loaded_cpu_')} |"
+
+
+def _every_fit(fitted: dict[str, dict]) -> list[tuple[str, dict]]:
+    """(label, fit) of every backend and compression, in the table's order."""
+    out = [(backend, f) for backend, f in fitted.items() if "alpha_s" in f]
+    for backend, f in fitted.items():
+        out += [(label(backend, c), cf) for c, cf in f.get("compressed", {}).items()]
+    return out
+
+
+def not_physical(fitted: dict[str, dict]) -> list[str]:
+    """A line per fit that is not physical, those of one backend for one reason together: whose, of what, why."""
+    lines = []
+    for name, f in _every_fit(fitted):
+        by_why: dict[str, list[str]] = {}
+        for prefix, key in FITTED:
+            if f.get(f"{prefix}physical") is False:
+                by_why.setdefault(f[f"{prefix}why"], []).append(SAID[key])
+        lines += [f"{name}: fit not physical ({', '.join(what)}): {why}" for why, what in by_why.items()]
+    return lines
+
+
+def load_said(recs: list[dict]) -> str:
+    """The machine's load around the measurements, as measured (the first launch's start, the last one's end)."""
+    loads = [r["machine_load"] for r in recs if r.get("machine_load")]
+    if not loads or loads[0]["avg_1m_before"] is None:
+        return "The machine's load was not recorded."
     return (
-        f"{f['alpha_s'] * 1e3:.3f} | {f['beta_s_per_byte'] * 1e9:.3f} | {_mb(f['bus_bandwidth_Bps'])} | "
-        f"{f['cpu_alpha_s'] * 1e3:.3f}, {f['cpu_beta_s_per_byte'] * 1e9:.3f} | {loaded} |"
+        f"The machine's 1-minute load average was {loads[0]['avg_1m_before']:.2f} before the first launch and "
+        f"{loads[-1]['avg_1m_after']:.2f} after the last ({loads[0]['cores']} cores; it counts commbench's own "
+        "processes while they ran; each launch's is in commbench.jsonl)."
     )
 
 
-def markdown(rows: list[dict], fitted: dict[str, dict], command: str) -> str:
+def markdown(rows: list[dict], fitted: dict[str, dict], command: str, recs: list[dict] | None = None) -> str:
     lines = [
         "# commbench",
         "",
         f"Built by `{command}` on {datetime.now(UTC).date()} ({platform.platform()}, {available_cpus()} CPUs). "
-        "algbw = S/t, busbw = algbw x 2(n-1)/n (nccl-tests); medians "
+        f"{load_said(recs or [])} algbw = S/t, busbw = algbw x 2(n-1)/n (nccl-tests); medians "
         f"over the repeats with their {stats.CI} where there are enough. MB/s are 10^6 bytes per second. "
-        "CPU ms: the CPU time of the busiest rank (every thread of its process) on an otherwise idle core. Taken "
-        "under load: the computation the all-reduce took from a thread computing on the same core (CPU ranks). With "
-        "a compression, S is the float32 gradient's bytes (half of them travel): its bandwidths are of gradient "
-        "bytes.",
+        "CPU ms: the CPU time of the busiest rank (every thread of its process), with no load of commbench's own on "
+        "its core. Taken under load: the computation the all-reduce took from a thread computing on the same core "
+        "(CPU ranks). With a compression, S is the float32 gradient's bytes (half of them travel): its bandwidths "
+        "are of gradient bytes.",
         "",
         "| backend | size | time ms (CI) | algbw MB/s | busbw MB/s | CPU ms | time under load ms | taken under load "
         "ms |",
@@ -299,16 +425,26 @@ def markdown(rows: list[dict], fitted: dict[str, dict], command: str) -> str:
         "",
         "## Fit: t(S) = alpha + beta S",
         "",
+        f"Physical only where it can be a latency and a bandwidth: at least {MIN_SIZES} sizes, beta > 0, alpha >= 0, "
+        "no median at or below 0, and sizes on both sides of alpha/beta (docs/commbench.md).",
+        "",
         "| backend | alpha (latency) ms | beta ns/byte | bus bandwidth MB/s (2(n-1)/(n beta)) | CPU: alpha ms, "
         "beta ns/byte | taken under load: alpha ms, beta ns/byte |",
         "|---|---|---|---|---|---|",
+        *(f"| {name} | {_fit_cells(f)}" for name, f in _every_fit(fitted)),
     ]
-    for backend, f in fitted.items():
-        if "alpha_s" in f:
-            lines.append(f"| {backend} | {_fit_cells(f)}")
-        for compression, c in f.get("compressed", {}).items():
-            lines.append(f"| {label(backend, compression)} | {_fit_cells(c)}")
+    unfit = not_physical(fitted)
+    if unfit:
+        lines += ["", *(f"- {line}" for line in unfit)]
     return "\n".join(lines) + "\n"
+
+
+def _about(n: float) -> str:
+    """A size that is not a message's, to a tenth of its unit."""
+    for unit, k in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= k:
+            return f"{n / k:.1f} {unit}"
+    return f"{n:.0f} B"
 
 
 def _size(n: int) -> str:
@@ -340,14 +476,16 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
 
 def write(recs: list[dict], out: Path, command: str) -> str:
+    """Everything measured (summary.csv, commbench.md, busbw.png) and the fits (fit.json: valid JSON, a fit that is
+    not physical null with why); returns the report's text."""
     rows = summarize(recs)
     fitted = fits(rows)
     with open(out / SUMMARY, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / FIT).write_text(json.dumps(fitted, indent=2, sort_keys=True) + "\n")
-    text = markdown(rows, fitted, command)
+    write_json(out / FIT, fitted, indent=2, sort_keys=True)
+    text = markdown(rows, fitted, command, recs)
     (out / "commbench.md").write_text(text)
     n, rate = rows[0]["world_size"], rows[0]["link_rate"]
     plot(rows, out / "busbw.png", f"all-reduce busbw, {rows[0]['nodes']} node(s), {n} ranks, link {rate}")

@@ -16,8 +16,11 @@ micro-batch's backward, as late as the slowest of the ranks gets there (`expecte
 library groups them (DDP's buckets, by torch's own assignment; Horovod's fusion of what is ready at each cycle) and
 all-reduced one after another on the link; the step ends when both backward (on CPU nodes, lengthened by what the
 all-reduces take from it) and the last all-reduce are done, then the optimizer runs. The interval comes from the
-measurements' spread: the prediction is repeated on bootstrap resamples of the reference runs and of commbench's
-repeats.
+spread of every measurement it uses: the prediction is repeated on bootstrap resamples of the reference runs (their
+samples/s too, for the efficiency), of commbench's repeats and of the profile's passes (`interval`).
+
+What a projection extrapolates from and to, and each way it goes beyond what was measured, it says
+(`Projection.scope`, `Projection.warnings`).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from pathlib import Path
 from distbench.errors import UserError
 from distbench.launching import link
 from distbench.scaling import commbench as cb
+from distbench.training.reporter import read_jsonl, write_json
 
 RESAMPLES = 200  # bootstrap resamples behind each interval
 HOROVOD_CYCLE_S = 1e-3  # Horovod >= 0.21: HOROVOD_CYCLE_TIME's default (1 ms)
@@ -75,13 +79,23 @@ class Reference:
 
     @classmethod
     def load(cls, sweep_dirs: list[Path], batch: int | None = None) -> Reference:
-        from distbench.sweep import report
-
+        """The reference of the compare folders; a folder of another kind, or whose records are not a compare's, is
+        one line."""
         for d in sweep_dirs:
             if not (d / "results.jsonl").is_file():
                 raise UserError(f"{d}: not a compare folder (no results.jsonl)")
-        recs = [r for r in report.load(sweep_dirs).records if _is_reference(r)]
         where = " ".join(map(str, sweep_dirs))
+        try:
+            return cls._of(sweep_dirs, batch, where)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            said = f"a record lacks {e}" if isinstance(e, KeyError) else f"{type(e).__name__}: {e}"
+            raise UserError(f"{where}: not what compare writes ({said})") from e
+
+    @classmethod
+    def _of(cls, sweep_dirs: list[Path], batch: int | None, where: str) -> Reference:
+        from distbench.sweep import report
+
+        recs = [r for r in report.load(sweep_dirs).records if _is_reference(r)]
         if not recs:
             raise UserError(
                 f"{where}: no successful `single` x1 run (accumulate 1, no compression, unshaped) to take the "
@@ -148,6 +162,11 @@ class Profile:
     forward_share: float
     micro_over_reference: float
     micro_batch: int  # the batch forward+backward was measured at (against the reference's)
+    # the passes the two ratios are the medians of, s: forward and backward at the micro-batch, pass by pass, and
+    # forward+backward at the reference batch (a profile from before they were kept has none: its ratios are exact)
+    passes: dict[str, list[float]] = field(default_factory=dict)
+
+    PASSES = ("micro_forward_s", "micro_backward_s", "reference_s")
 
     @property
     def total_bytes(self) -> int:
@@ -160,24 +179,40 @@ class Profile:
             "forward_share": self.forward_share,
             "micro_over_reference": self.micro_over_reference,
             "micro_batch": self.micro_batch,
+            **({"passes": self.passes} if self.passes else {}),
         }
+
+    def resampled(self, rng: random.Random) -> Profile:
+        """The profile of a bootstrap resample of its passes (a micro-batch pass's forward and backward together);
+        itself where it kept none."""
+        if not self.passes:
+            return self
+        fwd, bwd, full = (self.passes[k] for k in self.PASSES)
+        picks = [rng.choice(range(len(fwd))) for _ in fwd]
+        f, b = statistics.median(fwd[i] for i in picks), statistics.median(bwd[i] for i in picks)
+        whole = statistics.median(rng.choice(full) for _ in full)
+        return replace(self, forward_share=f / (f + b), micro_over_reference=(f + b) / whole)
 
     @classmethod
     def read(cls, path: Path) -> Profile:
         """A profile a previous `project` wrote (OUTPUT.profile.json): the same prediction without measuring."""
         try:
             d = json.loads(path.read_text())
+            passes = {k: [float(v) for v in d["passes"][k]] for k in cls.PASSES} if "passes" in d else {}
             profile = cls(
                 list(d["grad_bytes"]),
                 list(d["ready"]),
                 float(d["forward_share"]),
                 float(d["micro_over_reference"]),
                 int(d["micro_batch"]),
+                passes,
             )
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UserError(f"--profile {path}: not a profile written by run.py project ({type(e).__name__})") from e
         if len(profile.grad_bytes) != len(profile.ready) or not profile.grad_bytes:
             raise UserError(f"--profile {path}: its gradient sizes and ready times do not match")
+        if passes and (not all(passes.values()) or len(passes["micro_forward_s"]) != len(passes["micro_backward_s"])):
+            raise UserError(f"--profile {path}: its passes do not match")
         return profile
 
 
@@ -200,6 +235,10 @@ class Link:
     cpu_alpha_s: float = 0.0
     cpu_beta_s_per_byte: float = 0.0
     wire_fraction: float = 1.0  # the bytes the fit is taken at per gradient byte (0.5: halved by a compression)
+    # why commbench's fit of the time, and of the computation taken, is not a latency and a bandwidth (None: it is;
+    # cb.unphysical); the projection then takes it held at alpha, beta >= 0, and says so
+    time_why: str | None = None
+    cpu_why: str | None = None
 
     def allreduce_s(self, nbytes: float, world: int) -> float:
         """A ring all-reduce of nbytes at `world` ranks: 2(W-1) latency steps and 2(W-1)/W of the bytes on each
@@ -228,17 +267,31 @@ def _ring(alpha: float, beta: float, measured_world: int, nbytes: float, world: 
     return alpha * (world - 1) / max(1, measured_world - 1) + beta * nbytes * (2 * (world - 1) / world) / measured
 
 
+# what `project` needs of each commbench record, and of what type
+COMMBENCH_FIELDS = {"backend": str, "size_bytes": int, "time_s": int | float, "world_size": int}
+
+
 def load_links(commbench_dir: Path, rate: str | None) -> tuple[str, dict[str, list[dict]]]:
-    """The link commbench measured and its records per backend, checked against the planned link."""
+    """The link commbench measured and its records per backend, checked against the planned link; a folder that is
+    not a commbench's, or whose records are not, is one line."""
     path = commbench_dir / cb.RECORDS
     if not path.is_file():
         raise UserError(f"--commbench {commbench_dir}: no {cb.RECORDS} (a `run.py commbench --out` folder)")
-    from distbench.training.reporter import read_jsonl
-
-    recs = read_jsonl(path).records
+    lines = read_jsonl(path)
+    recs = lines.records
+    if not recs:
+        said = f" ({lines.skipped[0]}{' ...' if len(lines.skipped) > 1 else ''})" if lines.skipped else ""
+        raise UserError(f"--commbench {commbench_dir}: {cb.RECORDS} holds no record{said}")
+    for number, r in enumerate(recs, 1):
+        wrong = [k for k, kind in COMMBENCH_FIELDS.items() if not isinstance(r.get(k), kind)]
+        if wrong or not r["time_s"] > 0 or r["size_bytes"] <= 0:
+            raise UserError(
+                f"--commbench {commbench_dir}: record {number} of {cb.RECORDS} is not a commbench record "
+                f"({', '.join(wrong) or 'time_s and size_bytes'} missing or not a positive number)"
+            )
     measured = {r.get("link_rate") or link.UNSHAPED for r in recs}
-    if not recs or len(measured) > 1 or (rate is not None and measured != {rate}):
-        said = "/".join(sorted(measured)) or "nothing readable"
+    if len(measured) > 1 or (rate is not None and measured != {rate}):
+        said = "/".join(sorted(map(str, measured)))
         raise UserError(f"--commbench {commbench_dir} holds {said}, not one link{f' of {rate}' if rate else ''}")
     out: dict[str, list[dict]] = {}
     for r in recs:
@@ -249,20 +302,28 @@ def load_links(commbench_dir: Path, rate: str | None) -> tuple[str, dict[str, li
 def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0) -> Link:
     """The fit of one library's records: per size, the median time (as commbench's summary), and the median
     computation an all-reduce takes under load (else its CPU time on an idle core, from a commbench that did not
-    measure under load)."""
+    measure under load); each held at alpha, beta >= 0, with why it is not physical where it is not."""
     sizes = sorted({r["size_bytes"] for r in recs})
 
     def medians(key: str) -> list[float]:
-        return [max(1e-9, statistics.median(r[key] for r in recs if r["size_bytes"] == s)) for s in sizes]
+        return [statistics.median(r[key] for r in recs if r["size_bytes"] == s) for s in sizes]
 
-    f = cb.fit(sizes, medians("time_s"))
+    def fitted(values: list[float]) -> cb.Fit:
+        return cb.fit(sizes, [max(1e-9, v) for v in values])
+
+    times = medians("time_s")
+    f, time_why = fitted(times), cb.unphysical(sizes, times)
     world = recs[0]["world_size"]
-    cpu_key = next((k for k in ("loaded_cpu_s", "cpu_s") if all(k in r for r in recs)), None)
+    cpu_key = next((k for k in ("loaded_cpu_s", "cpu_s") if all(r.get(k) is not None for r in recs)), None)
     if cpu_key is None:  # a commbench from before CPU time was recorded
-        return Link(f.alpha_s, f.beta_s_per_byte, world, source, wire_fraction=wire_fraction)
-    c = cb.fit(sizes, medians(cpu_key))
+        return Link(f.alpha_s, f.beta_s_per_byte, world, source, wire_fraction=wire_fraction, time_why=time_why)
+    cpu = medians(cpu_key)
+    c = fitted(cpu)
     said = f"{source}{'' if cpu_key == 'loaded_cpu_s' else ' (CPU time on an idle core: not measured under load)'}"
-    return Link(f.alpha_s, f.beta_s_per_byte, world, said, c.alpha_s, c.beta_s_per_byte, wire_fraction)
+    cpu_why = cb.unphysical(sizes, cpu, cb.SAID[cpu_key])
+    return Link(
+        f.alpha_s, f.beta_s_per_byte, world, said, c.alpha_s, c.beta_s_per_byte, wire_fraction, time_why, cpu_why
+    )
 
 
 # ------------------------------------------------------------------------------------------------ measuring backward
@@ -308,7 +369,8 @@ def measure_profile(ref: Reference, micro_batch: int, repeats: int = 5) -> Profi
     for b in (micro, full):  # warm-up
         one_pass(b)
     passes = [one_pass(micro) for _ in range(repeats)]
-    full_s = statistics.median(sum(one_pass(full)[:2]) for _ in range(repeats))
+    full_passes = [sum(one_pass(full)[:2]) for _ in range(repeats)]
+    full_s = statistics.median(full_passes)
     fwd, bwd = statistics.median(p[0] for p in passes), statistics.median(p[1] for p in passes)
     ready = [statistics.median(p[2][i] for p in passes) for i in range(len(params))]
     order = sorted(range(len(params)), key=lambda i: ready[i])
@@ -318,6 +380,11 @@ def measure_profile(ref: Reference, micro_batch: int, repeats: int = 5) -> Profi
         forward_share=fwd / (fwd + bwd),
         micro_over_reference=(fwd + bwd) / full_s,
         micro_batch=micro_batch,
+        passes={
+            "micro_forward_s": [p[0] for p in passes],
+            "micro_backward_s": [p[1] for p in passes],
+            "reference_s": full_passes,
+        },
     )
 
 
@@ -472,6 +539,23 @@ def step_s(backend: str, comp: Computation, profile: Profile, link_: Link, plan:
 # ------------------------------------------------------------------------------------------------ the prediction
 
 
+def interval(point: float, resamples: list[float]) -> tuple[float | None, float | None, str | None]:
+    """The 95 % interval of a prediction from its bootstrap resamples: their 2.5-97.5 % range, an end that falls on
+    the point or inside it (resamples tied with the point: an input without spread, a fit held at 0) moved out to the
+    nearest resample beyond the point, so that the point lies strictly inside. Where no resample lies beyond the
+    point on a side, there is no interval: (None, None, why)."""
+    ordered = sorted(resamples)
+    below = [v for v in ordered if v < point]
+    above = [v for v in ordered if v > point]
+    if not below or not above:
+        why = (
+            "its inputs do not vary" if not below and not above else f"no resample {'below' if not below else 'above'}"
+        )
+        return None, None, why
+    n = len(ordered)
+    return min(ordered[int(0.025 * n)], below[-1]), max(ordered[int(0.975 * n) - 1], above[0]), None
+
+
 @dataclass(frozen=True)
 class Projection:
     ref: Reference
@@ -511,53 +595,129 @@ class Projection:
         """The sweep's runs at the plan's micro-batch, if it ran it (None: scale the reference's by the profile)."""
         return self.ref.by_batch.get(self.plan.micro_batch)
 
-    def one(self, backend: str, phases: Phases, link_: Link, micro: Phases | None = None) -> float:
-        comp = Computation.of(phases, self.profile, self.ref.batch_size, self.plan, micro)
-        return step_s(backend, comp, self.profile, link_, self.plan, self.cap_mb)
+    @property
+    def measured(self) -> dict | None:
+        """The scale and link the commbench measured at (None: no commbench, the nominal link)."""
+        if self.links is None:
+            return None
+        recs = [r for rs in self.links.values() for r in rs]
+        nodes = max(r.get("nodes") or 1 for r in recs)
+        world = max(r["world_size"] for r in recs)
+        mode = recs[0].get("link_mode") or "shared"
+        return {"world_size": world, "nodes": nodes, "nprocs": world // nodes, "link_mode": mode}
+
+    def scope(self, sweep_dirs: list[Path]) -> list[str]:
+        """What the projection extrapolates from, and to what: two lines to print before its table."""
+        ref, plan, m = self.ref, self.plan, self.measured
+        link_from = (
+            f"the link's nominal rate {self.rate} (no commbench)"
+            if m is None
+            else f"a commbench of {m['nodes']} node(s) x {m['nprocs']} process(es) ({m['world_size']} ranks), link "
+            f"{self.rate} ({m['link_mode']})"
+        )
+        return [
+            f"From: {len(ref.runs)} `single` x1 run(s) of {ref.task} in {' '.join(map(str, sweep_dirs))} at global "
+            f"batch {ref.batch_size}, {ref.threads} thread(s) per process ({ref.device}); {link_from}.",
+            f"To: {plan.nodes} node(s) x {plan.nprocs} process(es) ({plan.world} ranks), global batch "
+            f"{plan.batch_size} (micro-batch {plan.micro_batch} x {plan.accumulate}), link {self.rate}, one per node.",
+        ]
+
+    def warnings(self) -> list[str]:
+        """Each way the plan goes beyond what was measured (the fits' own: `link_warnings`)."""
+        plan, m, out = self.plan, self.measured, []
+        if m is None:
+            out.append(
+                f"the link {self.rate} was not measured: it is taken at its nominal rate, with no latency and no CPU "
+                "cost (give --commbench DIR, measured on it)"
+            )
+        else:
+            if plan.world > m["world_size"]:
+                out.append(
+                    f"{plan.world} ranks, beyond the {m['world_size']} the commbench measured: the all-reduce at "
+                    f"{plan.world} ranks is its fit at {m['world_size']} carried by a ring's arithmetic, not measured"
+                )
+            if plan.nodes > m["nodes"]:
+                alone = (
+                    " (one node: its ranks talked over its loopback, no link between nodes)" if m["nodes"] == 1 else ""
+                )
+                out.append(f"{plan.nodes} nodes, beyond the {m['nodes']} the commbench measured{alone}")
+        if not self.micro_runs and plan.micro_batch != self.ref.batch_size:
+            out.append(
+                f"forward+backward at micro-batch {plan.micro_batch} is batch {self.ref.batch_size}'s scaled by the "
+                f"profile, not measured (`single` x1 runs at batch {plan.micro_batch}, given as a second folder, "
+                "measure it; docs/projection.md)"
+            )
+        return out
+
+    def link_warnings(self, link_: Link) -> list[str]:
+        """A fit that is not physical, as the prediction takes it (held at alpha, beta >= 0)."""
+        whys = {"": link_.time_why, " (the computation it takes)": self.plan.cores_shared and link_.cpu_why}
+        return [
+            f"{link_.source}{what}: not physical ({why}); the prediction takes its alpha and beta held at 0 or above"
+            for what, why in whys.items()
+            if why and (not what or why != link_.time_why)  # the same reason for both: said once
+        ]
+
+    def one(self, backend: str, phases: Phases, link_: Link, micro: Phases | None = None, profile=None) -> float:
+        profile = profile or self.profile
+        comp = Computation.of(phases, profile, self.ref.batch_size, self.plan, micro)
+        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb)
 
     def predict(self, backend: str, seed: int = 0) -> dict:
-        micro = self.micro_runs
+        micro, plan = self.micro_runs, self.plan
         link_ = self.link_for(backend)
         step = self.one(backend, median_phases(self.ref.runs), link_, micro and median_phases(micro))
-        rng = random.Random(seed)
-        boot = sorted(
-            self.one(
-                backend,
-                self._resampled_phases(rng, self.ref.runs),
-                self._resampled_link(backend, rng),
-                micro and self._resampled_phases(rng, micro),
-            )
-            for _ in range(RESAMPLES)
-        )
-        lo_step, hi_step = boot[int(0.025 * RESAMPLES)], boot[int(0.975 * RESAMPLES) - 1]
         single = statistics.median(self.ref.samples_per_sec)
-        sps = self.plan.batch_size / step
+        sps = plan.batch_size / step
+        rng = random.Random(seed)
+        boot_sps, boot_eff = [], []
+        for _ in range(RESAMPLES):
+            picks = self._picks(rng, self.ref.runs)
+            b_step = self.one(
+                backend,
+                median_phases([self.ref.runs[i] for i in picks]),
+                self._resampled_link(backend, rng),
+                micro and median_phases([micro[i] for i in self._picks(rng, micro)]),
+                self.profile.resampled(rng),
+            )
+            boot_sps.append(plan.batch_size / b_step)
+            # the efficiency's reference resampled with the same runs
+            boot_eff.append(boot_sps[-1] / (plan.world * statistics.median(self.ref.samples_per_sec[i] for i in picks)))
+        eff = sps / (plan.world * single)
+        sps_lo, sps_hi, sps_why = interval(sps, boot_sps)
+        eff_lo, eff_hi, _ = interval(eff, boot_eff)
         return {
             "backend": backend,
-            "nodes": self.plan.nodes,
-            "nprocs": self.plan.nprocs,
-            "world_size": self.plan.world,
-            "global_batch_size": self.plan.batch_size,
-            "micro_batch_size": self.plan.micro_batch,
-            "accumulate": self.plan.accumulate,
-            "grad_compression": self.plan.compression,
+            "nodes": plan.nodes,
+            "nprocs": plan.nprocs,
+            "world_size": plan.world,
+            "global_batch_size": plan.batch_size,
+            "micro_batch_size": plan.micro_batch,
+            "accumulate": plan.accumulate,
+            "grad_compression": plan.compression,
             "link_rate": self.rate,
             "link": link_.source,
-            "computation": f"measured at micro-batch {self.plan.micro_batch}"
+            "computation": f"measured at micro-batch {plan.micro_batch}"
             if micro
-            else f"batch {self.ref.batch_size} scaled to micro-batch {self.plan.micro_batch} by the profile",
+            else f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile",
             "step_ms": step * 1e3,
             "samples_per_sec": sps,
-            "samples_per_sec_lo": self.plan.batch_size / hi_step,
-            "samples_per_sec_hi": self.plan.batch_size / lo_step,
+            "samples_per_sec_lo": sps_lo,
+            "samples_per_sec_hi": sps_hi,
+            "no_interval": sps_why,  # why samples/s has none (None: it has one)
             # strong scaling: the same global batch on one process (the reference) and on world_size processes
-            "scaling_efficiency": sps / (self.plan.world * single),
+            "scaling_efficiency": eff,
+            "scaling_efficiency_lo": eff_lo,
+            "scaling_efficiency_hi": eff_hi,
             "reference_samples_per_sec": single,
+            "commbench": self.measured,
+            "warnings": [*self.warnings(), *self.link_warnings(link_)],
         }
 
     @staticmethod
-    def _resampled_phases(rng: random.Random, runs: list[Phases]) -> Phases:
-        return median_phases([rng.choice(runs) for _ in runs])
+    def _picks(rng: random.Random, runs: list) -> list[int]:
+        """A bootstrap resample of the runs, as their indices."""
+        return [rng.choice(range(len(runs))) for _ in runs]
 
     def _resampled_link(self, backend: str, rng: random.Random) -> Link:
         if self.links is None:
@@ -570,19 +730,30 @@ class Projection:
 
 
 def write(rows: list[dict], profile: Profile, output: Path) -> None:
+    """The prediction (one object per backend) and the profile it used, as valid JSON."""
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(rows, indent=2, sort_keys=True) + "\n")
-    profile_path(output).write_text(json.dumps(profile.to_dict()) + "\n")
+    write_json(output, rows, indent=2, sort_keys=True)
+    write_json(profile_path(output), profile.to_dict())
+
+
+def with_interval(point: float, lo: float | None, hi: float | None) -> str:
+    """`point (lo-hi)` with as many decimals (one at least) as it takes for each end to read apart from the point."""
+    if lo is None or hi is None:
+        return f"{point:.1f}"
+    digits = next((d for d in range(1, 7) if f"{lo:.{d}f}" != f"{point:.{d}f}" != f"{hi:.{d}f}"), 6)
+    return f"{point:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
 
 
 def table(rows: list[dict]) -> str:
     head = "| backend | nodes x procs | link | step ms | samples/s (95 % interval) | scaling efficiency |"
     lines = [head, "|---|---|---|---|---|---|"]
     for r in rows:
+        sps = with_interval(r["samples_per_sec"], r["samples_per_sec_lo"], r["samples_per_sec_hi"])
+        if r.get("no_interval"):
+            sps += f" (no interval: {r['no_interval']})"
         lines.append(
-            f"| {r['backend']} | {r['nodes']} x {r['nprocs']} | {r['link']} | {r['step_ms']:.1f} | "
-            f"{r['samples_per_sec']:.1f} ({r['samples_per_sec_lo']:.1f}-{r['samples_per_sec_hi']:.1f}) | "
-            f"{r['scaling_efficiency']:.2f} |"
+            f"| {r['backend']} | {r['nodes']} x {r['nprocs']} | {r['link']} | {r['step_ms']:.1f} | {sps} | "
+            f"{r['scaling_efficiency']:#.2g} |"
         )
     return "\n".join(lines)
 

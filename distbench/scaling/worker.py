@@ -10,7 +10,7 @@ cost the busiest rank.
 
 On CPU ranks each repeat is timed a second time under load (`Load`): a thread computes on the rank's core all the
 while, as backward does in training, and the computation the all-reduce took from it is measured (the busiest rank's):
-what an exchange costs a CPU node's training, where the CPU time on an idle core is not (a library may poll, and then
+what an exchange costs a CPU node's training, where its CPU time without that load is not (a library may poll, and then
 yields to the computation; the kernel's network work and the library's threads take from it in turn).
 
 The main process writes one JSON object to --output: the world size and, per size, each repeat's time and CPU time
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -32,6 +32,7 @@ from distbench.backends import get_spec
 from distbench.backends.base import SIXTEEN_BIT, ReduceOp
 from distbench.config import GradCompression
 from distbench.launching import launch
+from distbench.training.reporter import write_json
 
 WARMUP = 3  # untimed all-reduces per size: connections set up, buffers allocated
 MIN_BASELINE_S = 2e-3  # the shortest window the load's pace is measured over
@@ -40,7 +41,8 @@ MIN_BASELINE_S = 2e-3  # the shortest window the load's pace is measured over
 class Load:
     """A computing thread on the rank's core: a small matrix product over and over (it releases the GIL, as
     backward's kernels do), each one's end kept, so that the computation done in any window is known. It computes
-    only between `resume` and `pause`: the all-reduces on an idle core are timed while it waits."""
+    only between `resume` and `pause`: the all-reduces without it are timed while it waits (what else the machine
+    runs, commbench does not control: it records the load average around each launch)."""
 
     SIDE = 160  # some tens of microseconds a product at one thread (96 x 96: 15 us here): a fine enough clock
 
@@ -176,8 +178,7 @@ def main() -> None:
             "grad_compression": a.grad_compression,
             "measured": results,
         }
-        with open(a.output, "w", encoding="utf-8") as f:
-            json.dump(record, f)
+        write_json(Path(a.output), record)
     backend.barrier()
     backend.teardown()
 

@@ -1,6 +1,7 @@
 """`run.py project` and `run.py commbench` as typed: the documented worked example, and bad input."""
 
 import json
+import re
 
 import pytest
 
@@ -118,3 +119,82 @@ def test_a_sweep_without_single_runs_is_refused(tmp_path):
     (sweep / "results.jsonl").write_text("\n".join(ddp) + "\n")
     proc = run_py(["project", str(sweep), "--link-rate", "1gbit", "--output", str(tmp_path / "p.json")], tmp_path)
     assert_one_line_error(proc, "no successful `single` x1 run")
+
+
+LOOPBACK = FIX / "commbench-loopback"  # 1 node x 2 ranks on loopback, 4 KiB and 1 MiB: as seen on main (issue 34)
+
+
+def _strict(text: str):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_project_from_a_1_x_2_commbench_to_16_x_4_says_it_extrapolates(tmp_path):
+    """It says what it extrapolates from and to, before its table, and warns of each step beyond the measurements:
+    64 ranks and 16 nodes from 2 ranks on one node, a fit that is not physical, a micro-batch not run. Its intervals
+    hold the point strictly inside (on main: `143.6 (65.0-143.6)`), its efficiencies show two significant digits (on
+    main: `0.00`), its output is strict JSON."""
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps({**json.loads((FIX / "profile.json").read_text()), "micro_batch": 1}))
+    out = tmp_path / "p.json"
+    args = ["project", str(FIX / "sweep"), "--commbench", str(LOOPBACK), "--nodes", "16", "--nprocs", "4"]
+    proc = run_py([*args, "--profile", str(profile), "--output", str(out)], tmp_path, expect_rc=0)
+    said = proc.stdout.splitlines()
+    assert said[0].startswith("From: 3 `single` x1 run(s) of mnist") and "at global batch 64, 1 thread(s)" in said[0]
+    assert "a commbench of 1 node(s) x 2 process(es) (2 ranks), link none (shared)" in said[0]
+    assert said[1].startswith("To: 16 node(s) x 4 process(es) (64 ranks), global batch 64 (micro-batch 1 x 1)")
+    assert said[2].startswith("| backend |")
+    for warning in (
+        "warning: 64 ranks, beyond the 2 the commbench measured",
+        "warning: 16 nodes, beyond the 1 the commbench measured (one node: its ranks talked over its loopback",
+        "warning: forward+backward at micro-batch 1 is batch 64's scaled by the profile, not measured",
+        "warning: commbench fit of ddp: not physical (2 size(s) (4 KiB, 1 MiB)",
+        "warning: commbench fit of ddp (the computation it takes): not physical (",
+    ):
+        assert warning in proc.stderr
+    rows = {p["backend"]: p for p in _strict(out.read_text())}
+    for p in rows.values():
+        assert p["samples_per_sec_lo"] < p["samples_per_sec"] < p["samples_per_sec_hi"]
+        assert p["scaling_efficiency_lo"] < p["scaling_efficiency"] < p["scaling_efficiency_hi"]
+        assert p["commbench"] == {"world_size": 2, "nodes": 1, "nprocs": 2, "link_mode": "shared"}
+        assert any("64 ranks" in w for w in p["warnings"])
+    _strict((tmp_path / "p.profile.json").read_text())
+    for line in [line for line in said if line.startswith("| ddp ")]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        point, ends = cells[4].split(" (")
+        lo, hi = ends.rstrip(")").split("-")
+        assert lo != point != hi
+        assert re.fullmatch(r"0\.0*[1-9][0-9]", cells[5]), cells[5]  # two significant digits
+        assert float(cells[5]) == pytest.approx(rows["ddp"]["scaling_efficiency"], rel=0.05)
+
+
+def _folder(tmp_path, name: str, text: str):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / ("results.jsonl" if name.startswith("sweep") else "commbench.jsonl")).write_text(text)
+    return folder
+
+
+def test_an_input_folder_of_the_wrong_content_is_one_line(tmp_path):
+    """On main each of these ended in a traceback (`KeyError: 'backend'`)."""
+    sweep_lines = (FIX / "sweep" / "results.jsonl").read_text()
+    bare = "".join(
+        json.dumps({k: v for k, v in json.loads(line).items() if k != "environment"}) + "\n"
+        for line in sweep_lines.splitlines()
+    )
+    torn = _folder(tmp_path, "sweep-torn", sweep_lines)
+    (torn / "sweep.json").write_text("{ not json")
+    cases = [
+        ("--commbench", _folder(tmp_path, "cb-garbage", "garbage\n"), "holds no record (line 1: not a whole JSON"),
+        ("--commbench", _folder(tmp_path, "cb-nobackend", '{"link_rate": "none"}\n'), "is not a commbench record"),
+        ("--commbench", _folder(tmp_path, "cb-sweep", sweep_lines), "(size_bytes, time_s missing"),
+        ("sweep", _folder(tmp_path, "sweep-bare", bare), "not what compare writes (a record lacks 'environment')"),
+        ("sweep", torn, "not what compare writes (JSONDecodeError"),
+    ]
+    for where, folder, fragment in cases:
+        sweep, commbench = (folder, LOOPBACK) if where == "sweep" else (FIX / "sweep", folder)
+        args = ["project", str(sweep), "--commbench", str(commbench), "--output", str(tmp_path / "p.json")]
+        assert_one_line_error(run_py(args, tmp_path), fragment)
+        assert not (tmp_path / "p.json").exists()

@@ -1,5 +1,8 @@
 """commbench's arithmetic and the projection's models, against values worked out by hand (docs/projection.md)."""
 
+import csv
+import json
+
 import pytest
 
 from distbench.errors import UserError
@@ -228,3 +231,136 @@ def test_the_computation_an_all_reduce_takes_from_a_busy_core():
     assert taken(load, (20e-3, 30e-3), (0.0, 10e-3)) == pytest.approx(6e-3)
     assert taken(load, (20.05e-3, 29.95e-3), (0.0, 10e-3)) == pytest.approx(9.9e-3 - 9.9e-3 * 0.4)
     assert load.work(0.55e-3) == pytest.approx(5.5)
+
+
+# ---- fits that know their limits, valid JSON, the load said as measured (issue 34) ----------------------------
+
+
+def strict_json(text: str):
+    """JSON as the standard has it: NaN and Infinity, which Python's json reads and writes, refused."""
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _loopback_records(sizes_and_ms, loaded_ms=None):
+    """Records of a commbench of 1 node x 2 ranks on loopback, 3 repeats per size, as `records` writes them."""
+    out = []
+    for size, ms in sizes_and_ms:
+        for i, t in enumerate((ms * 0.98, ms, ms * 1.02)):
+            rec = {"backend": "ddp", "grad_compression": "none", "world_size": 2, "nodes": 1, "nprocs": 2}
+            rec |= {"link_rate": "none", "link_mode": "shared", "size_bytes": size, "repeat": i + 1, "round": 1}
+            rec |= {"time_s": t / 1e3, "cpu_s": t / 2e3, "loaded_time_s": 2 * t / 1e3}
+            rec |= {"loaded_cpu_s": (loaded_ms or {}).get(size, t / 2) / 1e3}
+            out.append(rec | {"algbw_Bps": cb.algbw(size, t / 1e3), "busbw_Bps": cb.busbw(size, t / 1e3, 2)})
+    return out
+
+
+def test_a_commbench_of_two_sizes_on_loopback_writes_valid_json_and_says_its_fit_is_not_physical(tmp_path):
+    """As seen on main: 4 KiB in 3.5 ms, 1 MiB in 1.2 ms, a negative cost taken under load. The fit was beta 0 and
+    bus bandwidth Infinity (not JSON). Now: not physical, every reason said, values null; the measurements kept."""
+    recs = _loopback_records([(4096, 3.5), (MiB, 1.2)], loaded_ms={4096: -9.991})
+    text = cb.write(recs, tmp_path, "python run.py commbench --sizes 4096,1048576")
+    f = strict_json((tmp_path / cb.FIT).read_text())["ddp"]
+    assert f["physical"] is False and f["alpha_s"] is None and f["beta_s_per_byte"] is None
+    assert f["bus_bandwidth_Bps"] is None
+    assert "2 size(s)" in f["why"] and "beta" in f["why"]
+    assert f["loaded_cpu_physical"] is False and "not above 0 at 4 KiB" in f["loaded_cpu_why"]
+    assert "ddp: fit not physical (time): 2 size(s) (4 KiB, 1 MiB)" in text and "inf" not in text
+    assert "| ddp | 4 KiB | 3.500 " in text and "-9.991 |" in text  # what was measured, as measured
+    assert len(list(csv.DictReader((tmp_path / cb.SUMMARY).open()))) == 2
+
+
+def test_what_makes_a_fit_physical():
+    """At least 3 sizes, every median above 0, beta > 0, alpha >= 0, and sizes on both sides of alpha/beta."""
+    sizes = [4096 * 4**i for i in range(6)]  # 4 KiB to 4 MiB
+    line = [1e-3 + 1e-8 * s for s in sizes]  # n1/2 = 100 kB
+    assert cb.unphysical(sizes, line) is None
+    assert "2 size(s)" in cb.unphysical(sizes[:2], line[:2])
+    assert "beta" in cb.unphysical(sizes, line[::-1])  # the larger messages faster
+    burst = [2e-4 if s < 1e5 else -2e-3 + 1e-8 * s for s in sizes]  # small messages through a token bucket's burst
+    assert "alpha -0.171 ms < 0: the line gives messages under 20.4 KiB" in cb.unphysical(sizes, burst)
+    assert "beyond the smallest size, 4 KiB; add smaller" in cb.unphysical(sizes, [1e-6 + 1e-8 * s for s in sizes])
+    assert "beyond the largest size, 4 MiB; add larger" in cb.unphysical(sizes, [1.0 + 1e-9 * s for s in sizes])
+    dipped = [t if s != 16384 else -1e-3 for s, t in zip(sizes, line, strict=True)]
+    assert "not above 0 at 16 KiB" in cb.unphysical(sizes, dipped)
+
+
+def test_the_report_says_the_load_it_measured_not_an_idle_core():
+    recs = _loopback_records([(4096 * 4**i, 1 + i) for i in range(4)])
+    for rec in recs:
+        rec["machine_load"] = {"avg_1m_before": 2.4, "avg_1m_after": 2.1, "cores": 2}
+    text = cb.markdown(cb.summarize(recs), cb.fits(cb.summarize(recs)), "cmd", recs)
+    assert "load average was 2.40 before the first launch and 2.10 after the last" in text
+    assert "idle" not in text
+
+
+def test_commbench_records_the_load_around_each_launch_as_valid_json(tmp_path, monkeypatch):
+    """Through `run` with an executor that returns the worker's result: each record carries the load average
+    before and after its launch, and commbench.jsonl is strict JSON."""
+    loads = iter([(1.5,), (2.5,)])
+    monkeypatch.setattr(cb.os, "getloadavg", lambda: next(loads))
+
+    class Worker:
+        def check(self, configs):
+            pass
+
+        def run(self, config, args, out_json, log, timeout_s, program):
+            measured = {"time_s": [1e-3], "cpu_s": [5e-4], "loaded_time_s": [2e-3], "loaded_cpu_s": [-1e-4]}
+            return {"status": "ok", "world_size": 2, "launcher": "torchrun", "measured": {"4096": measured}}
+
+    bench = cb.Bench(["ddp"], [4096], 1, 2, "none", "shared", 1, 1, 60.0)
+    (rec,) = cb.run(Worker(), bench, tmp_path)
+    (line,) = (tmp_path / cb.RECORDS).read_text().splitlines()
+    assert strict_json(line) == rec and rec["machine_load"]["avg_1m_before"] == 1.5
+    assert rec["machine_load"]["avg_1m_after"] == 2.5
+
+
+def test_an_interval_holds_its_point_strictly_inside():
+    """Resamples tied with the point (an input without spread, a fit held at 0) put an end of the 2.5-97.5 % range
+    on it, as in `143.6 (65.0-143.6)`: that end moves to the nearest resample beyond it; with none beyond, none."""
+    tied = [65.0] * 10 + [100.0] * 150 + [143.6] * 39 + [150.0]
+    assert pj.interval(143.6, tied)[:2] == (65.0, 150.0)
+    assert pj.interval(100.0, [90.0] * 100 + [100.0] * 90 + [110.0] * 10)[:2] == (90.0, 110.0)
+    assert pj.interval(143.6, [65.0] * 100 + [143.6] * 100) == (None, None, "no resample above")
+    assert pj.interval(5.0, [5.0] * 200) == (None, None, "its inputs do not vary")
+    spread = [float(i) for i in range(200)]
+    assert pj.interval(100.0, spread)[:2] == (5.0, 194.0)  # the 2.5-97.5 % range, as before, where nothing ties
+
+
+def test_the_table_reads_the_interval_apart_from_the_point_and_the_efficiency_to_two_digits():
+    row = {"backend": "ddp", "nodes": 16, "nprocs": 4, "link": "x", "step_ms": 445.7, "samples_per_sec": 143.58}
+    row |= {"samples_per_sec_lo": 65.0, "samples_per_sec_hi": 143.61, "scaling_efficiency": 0.00138}
+    assert "| 143.58 (65.00-143.61) | 0.0014 |" in pj.table([row])
+    wide = row | {"samples_per_sec_hi": 150.0, "scaling_efficiency": 0.17}
+    assert "| 143.6 (65.0-150.0) | 0.17 |" in pj.table([wide])
+    none = row | {"samples_per_sec_lo": None, "samples_per_sec_hi": None, "no_interval": "its inputs do not vary"}
+    assert "| 143.6 (no interval: its inputs do not vary) |" in pj.table([none])
+
+
+def test_the_profile_spread_is_in_the_interval_where_it_kept_its_passes():
+    """A profile with its passes is resampled: the two ratios vary; one without (written before) is taken as is."""
+    import random
+
+    assert PROFILE.resampled(random.Random(0)) is PROFILE
+    passes = {"micro_forward_s": [4e-3, 5e-3, 6e-3], "micro_backward_s": [12e-3, 15e-3, 18e-3]}
+    kept = pj.replace(PROFILE, passes=passes | {"reference_s": [38e-3, 40e-3, 42e-3]})
+    rng = random.Random(0)
+    ratios = {kept.resampled(rng).micro_over_reference for _ in range(50)}
+    assert len(ratios) > 3 and all(0.3 < r < 0.7 for r in ratios)
+
+
+def test_an_unphysical_commbench_fit_is_taken_held_at_zero_and_said():
+    recs = _loopback_records([(4096, 3.5), (MiB, 1.2)])
+    link = pj.fit_link(recs, "commbench fit of ddp")
+    assert link.beta_s_per_byte == 0.0 and link.alpha_s > 0  # as before: held at beta >= 0
+    assert "2 size(s)" in link.time_why and "beta" in link.time_why
+    ref = pj.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
+    cpu_nodes = pj.Projection(ref, PROFILE, pj.Plan(16, 4, 64, 1, "none", True), {"ddp": recs}, "none", 1.0)
+    time, cpu = cpu_nodes.link_warnings(link)
+    assert time.startswith("commbench fit of ddp: not physical (2 size(s)")
+    assert cpu.startswith("commbench fit of ddp (the computation it takes): not physical (2 size(s)")
+    gpu_nodes = pj.with_plan(cpu_nodes, cores_shared=False)  # the computation taken is not in a GPU node's step
+    assert gpu_nodes.link_warnings(link) == [time]
