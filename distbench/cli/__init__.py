@@ -1,5 +1,5 @@
-"""Command line: `run.py [train options]`, `run.py compare ...`, `run.py simulate ...`, `run.py report DIR`,
-`run.py check-task TASK`, `run.py slurm-script ...`.
+"""Command line: `run.py [train options]` trains, `run.py COMMAND ...` runs one of COMMANDS (compare, simulate,
+report, check-task, commbench, project, slurm-script).
 
 The options of a run are RunConfig's fields (distbench/config.py) and those of a sweep's axes SweepConfig's
 (distbench/sweep/configuration.py): the commands are built from those declarations (declared.py). Bad input is one
@@ -8,19 +8,62 @@ line on stderr and exit code 2. Each command's module is imported only when that
 
 from __future__ import annotations
 
-import json
+import difflib
+import importlib
 import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 import click
 import typer
 
 from distbench.errors import UserError
 
-SWEEP_COMMANDS = ("compare", "report", "simulate", "slurm-script")
-SCALING_COMMANDS = ("commbench", "project")
+
+@dataclass(frozen=True)
+class Command:
+    """A command of run.py beside training: the typer app that holds it and its line in `run.py --help`."""
+
+    app: str  # "module:function" building the app
+    says: str
+    grouped: bool = True  # the app is a group of commands, called with the command's name (check-task's is not)
+
+    def invoke(self, argv: list[str]) -> int:
+        module, function = self.app.split(":")
+        app = getattr(importlib.import_module(module), function)()
+        return invoke(app, argv, "run.py") if self.grouped else invoke(app, argv[1:], f"run.py {argv[0]}")
+
+
+_SWEEP, _SCALING = "distbench.cli.sweep:sweep_app", "distbench.cli.scaling:scaling_app"
+# every command, in the order `run.py --help` lists them (the one place their names are spelled for dispatch, the
+# help and the suggestion for a misspelled one)
+COMMANDS = {
+    "compare": Command(
+        _SWEEP, "run the backend x world-size matrix with the real launchers and report (--nodes, --link-rate)"
+    ),
+    "simulate": Command(_SWEEP, "one training job as simulated nodes, optionally over a shaped link"),
+    "report": Command(_SWEEP, "rebuild the report of compare folders from their records (--baseline OLD)"),
+    "check-task": Command(
+        "distbench.cli.checktask:check_task_app",
+        "does a task, e.g. your own, keep the fairness contract under every backend?",
+        grouped=False,
+    ),
+    "commbench": Command(
+        _SCALING, "time each library's own all-reduce over message sizes, with a latency-bandwidth fit"
+    ),
+    "project": Command(_SCALING, "predict each library's step time at a planned scale from a sweep and a commbench"),
+    "slurm-script": Command(_SWEEP, "write an sbatch script that runs a compare sweep on a Slurm cluster"),
+}
+
+
+def unknown_command(word: str) -> str:
+    """The line for a first word that is no command (training takes options only): the closest command, if any."""
+    close = difflib.get_close_matches(word, COMMANDS, n=1)
+    if close:
+        return f"unknown command {word!r} (did you mean {close[0]!r}?)"
+    return f"unknown command {word!r}; the commands: {', '.join(COMMANDS)} (training takes options: run.py --help)"
 
 
 def _interrupt(signum, frame):
@@ -66,8 +109,11 @@ def _record_for_torchrun(line: str) -> None:
     if not path:
         return
     try:
-        with open(path, "w", encoding="utf-8") as f:
-            json.dump({"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}}, f)
+        from pathlib import Path
+
+        from distbench.training.reporter import write_json
+
+        write_json(Path(path), {"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}})
     except OSError:
         pass  # the summary is then torchrun's default; the line is on stderr all the same
 
@@ -75,22 +121,14 @@ def _record_for_torchrun(line: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # tokenizers' threads fight torch's for 2 cores
-    if argv and argv[0] == "check-task":
-        from distbench.cli.checktask import check_task_app
+    if not argv or argv[0].startswith("-"):  # training: options only, no positional word
+        from distbench.cli.train import train_app
 
-        return invoke(check_task_app(), argv[1:], "run.py check-task")
-    if argv and argv[0] in (*SCALING_COMMANDS, *SWEEP_COMMANDS):
-        # a driver stopped with SIGTERM (kill, a scheduler's time limit) cleans up as after Ctrl-C: its runs are
-        # stopped, its network namespaces removed, what it measured so far reported
-        signal.signal(signal.SIGTERM, _interrupt)
-    if argv and argv[0] in SCALING_COMMANDS:
-        from distbench.cli.scaling import scaling_app
-
-        return invoke(scaling_app(), argv, "run.py")
-    if argv and argv[0] in SWEEP_COMMANDS:
-        from distbench.cli.sweep import sweep_app
-
-        return invoke(sweep_app(), argv, "run.py")
-    from distbench.cli.train import train_app
-
-    return invoke(train_app(), argv, "run.py")
+        return invoke(train_app(), argv, "run.py")
+    if argv[0] not in COMMANDS:
+        print(f"error: {unknown_command(argv[0])}", file=sys.stderr)
+        return 2
+    # a driver stopped with SIGTERM (kill, a scheduler's time limit) cleans up as after Ctrl-C: its runs are
+    # stopped, its network namespaces removed, what it measured so far reported
+    signal.signal(signal.SIGTERM, _interrupt)
+    return COMMANDS[argv[0]].invoke(argv)

@@ -7,7 +7,6 @@ as declared; a forwarded option reaches every run only when it is given.
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import typer
 
 from distbench.backends import NAMES, REFERENCE, get_spec
 from distbench.cli.declared import command, new_app, param, run_options
-from distbench.config import DEFAULTS, FIELDS, FORWARDED, POSITIVE, check_dir_option, flag, to_args
+from distbench.config import AXIS, DEFAULTS, FIELDS, FORWARDED, POSITIVE, SET, check_dir_option, flag, to_args
 from distbench.errors import UserError
 from distbench.launching import link
 from distbench.sweep.configuration import AXES, SWEPT
@@ -71,6 +70,7 @@ def compare_params() -> list:
 
 
 def compare(values: dict) -> None:
+    from distbench.sweep.check import check_sweep
     from distbench.sweep.plan import axis_values, plan_runs, round_orders
     from distbench.sweep.runner import RESULTS, Sweep, run_sweep
 
@@ -78,19 +78,23 @@ def compare(values: dict) -> None:
     threads, timeout_s, extra = values.pop("threads"), values.pop("run_timeout_s"), values.pop("extra")
     axes = axis_values({name: values.pop(_axis_param(name)) for name in SWEPT})
     run_values = {name: values[name] for name in FORWARDED}
-    _check(out / RESULTS, threads, repeats, run_values)
+    given = {**run_values, **_extra_values(extra)}  # what every run gets: --extra comes last, and wins
+    _check(out / RESULTS, threads, repeats, given)
     executor = _executor(values.pop("scheduler"), values.pop("slurm_launch"))
-    task = run_values["task"] or DEFAULTS["task"]
+    task = given["task"] or DEFAULTS["task"]
     planned = plan_runs(_task_name(task), axes, threads, executor.cpus_per_node)
-    executor.check([p.config for p in planned])  # last: a shaped link re-runs this command in a private namespace
+    # every configuration before the first launch; last: a shaped link re-runs this command in a private namespace
+    check_sweep([p.config for p in planned], {**given, "task": task}, executor)
     base_args = ["--task", task, *to_args({**run_values, "task": None}), "--no-progress", *shlex.split(extra)]
     sweep = Sweep(out, _task_name(task), base_args, planned, round_orders(len(planned), repeats, order_seed), timeout_s)
     out.mkdir(parents=True, exist_ok=True)
     command_line = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    (out / "sweep.json").write_text(json.dumps(sweep.describe(command_line, repeats, order_seed), indent=2) + "\n")
+    from distbench.training.reporter import write_json
+
+    write_json(out / "sweep.json", sweep.describe(command_line, repeats, order_seed), indent=2)
     t0 = time.time()
     try:
-        run_sweep(sweep, executor)
+        records = run_sweep(sweep, executor)
     except KeyboardInterrupt:
         print(f"interrupted: the current run was stopped; records so far are in {out / RESULTS}", file=sys.stderr)
         _write_report(out)
@@ -99,6 +103,32 @@ def compare(values: dict) -> None:
     report_md = _write_report(out)
     print(report_md.split("## Environment")[0].rstrip())
     print(f"\nreport: {out / 'report.md'} (plots, summary.csv and {RESULTS} beside it)")
+    exit_if_failed(sum(r["status"] != "ok" for r in records), len(records), str(out / "report.md"))
+
+
+def exit_if_failed(failed: int, total: int, where: str) -> None:
+    """A sweep in which any run failed exits 1, once its report is written, saying how many failed and where their
+    causes are: its exit status tells the truth (bad input, refused before any launch, is 2)."""
+    if failed:
+        print(f"{failed} of {total} run{'s' if total > 1 else ''} failed: the causes are in {where}", file=sys.stderr)
+        raise typer.Exit(1)
+
+
+def _extra_values(extra: str) -> dict:
+    """The run options --extra gives, as RunConfig's fields, read by run.py's own parser: a bad one is one line before
+    any run, and so is one the sweep sets for each run (in --extra it would override the configuration unseen)."""
+    from distbench.cli.train import given_options
+
+    try:
+        given = given_options(shlex.split(extra))
+    except (ValueError, UserError) as e:  # an unclosed quote (shlex), an option run.py has not
+        raise UserError(f"--extra {extra!r}: {e}") from None
+    for name in given:
+        if FIELDS[name].metadata["sweep"] == AXIS:
+            raise UserError(f"--extra {flag(name)}: give it as compare's {AXES[name].metadata['option'] or flag(name)}")
+        if FIELDS[name].metadata["sweep"] == SET:
+            raise UserError(f"--extra {flag(name)}: the sweep sets it for each run")
+    return given
 
 
 SCHEDULERS = ("local", "slurm")
@@ -118,8 +148,8 @@ def _executor(scheduler: str, slurm_launch: str):
 
 
 def _check(results: Path, threads: int | None, repeats: int, run_values: dict) -> None:
-    """The sweep's options that no run would catch before it starts, and each forwarded option's own checks: one line
-    each, before any run."""
+    """The sweep's options that no run would catch before it starts, and the own checks of each option every run gets
+    (forwarded or in --extra): one line each, before any run."""
     if (error := POSITIVE.error("--threads", threads)) is not None:
         raise UserError(error)
     if (error := POSITIVE.error("--repeats", repeats)) is not None:
@@ -183,6 +213,8 @@ def simulate(
         code = executor.run_attached(config, train_args, run_timeout_s)
     except subprocess.TimeoutExpired:
         raise UserError(f"the job ran past --run-timeout-s {run_timeout_s} and was stopped") from None
+    said = f"{backend} as {nodes} node(s) x {nprocs} process(es), {config.link_said()}"
+    print(f"simulated {said}: {'done' if code == 0 else f'exit code {code}'}", file=sys.stderr)
     raise typer.Exit(code)
 
 
@@ -193,6 +225,13 @@ def report(
         Path | None,
         typer.Option(help="An older sweep folder: each configuration of DIRS gets a verdict against the same one."),
     ] = None,
+    allow_different: Annotated[
+        bool,
+        typer.Option(
+            "--allow-different",
+            help="Compare with --baseline even when the sweeps differ in task, dataset, steps, batch or device.",
+        ),
+    ] = False,
 ) -> None:
     from distbench.sweep.report import write_report
     from distbench.sweep.runner import RESULTS
@@ -201,23 +240,36 @@ def report(
         if not (d / RESULTS).is_file():
             raise UserError(f"{d} holds no {RESULTS} (was it written by `run.py compare`?)")
     built_by = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    print(write_report(dirs, out or dirs[0], built_by, baseline))
+    print(write_report(dirs, out or dirs[0], built_by, baseline, allow_different))
 
 
 def slurm_script(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option(help="The sweep's output folder, on a filesystem every node sees.")],
+    out: Annotated[
+        Path, typer.Option(help="The sweep's output folder, on a filesystem every node sees (relative: to --workdir).")
+    ],
     nodes: Annotated[int, typer.Option(help="Nodes of the allocation; the sweep runs on all of them.")] = 2,
-    nprocs: Annotated[int, typer.Option(help="Processes per node (with --gpus-per-node: one per GPU).")] = 1,
+    nprocs: Annotated[int | None, typer.Option(help="Processes per node [default: 1; one per GPU].")] = None,
     gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node: one process each, NCCL.")] = None,
     cpus_per_task: Annotated[int | None, typer.Option(help="CPUs per process.")] = None,
     partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
-    time: Annotated[str | None, typer.Option("--time", help="Time limit (MINUTES, HH:MM:SS, DAYS-HH:MM:SS).")] = None,
+    time: Annotated[
+        str | None, typer.Option("--time", help="Time limit (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS).")
+    ] = None,
     job_name: Annotated[str, typer.Option(help="The job's name.")] = "distbench",
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="The distbench checkout the job runs in [default: the directory sbatch is called in]."),
+    ] = None,
+    venv: Annotated[
+        Path, typer.Option(help="The Python environment on the cluster (relative: to the workdir).")
+    ] = Path(".venv"),
     script: Annotated[Path | None, typer.Option(help="Write the script here (default: print it).")] = None,
     submit: Annotated[bool, typer.Option(help="Submit it with sbatch (needs --script).")] = False,
 ) -> None:
-    from distbench.sweep.sbatch import Request
+    from pathlib import PurePosixPath
+
+    from distbench.sweep.sbatch import Place, Request, warn_node_local
     from distbench.sweep.sbatch import script as write
     from distbench.sweep.sbatch import submit as sbatch
 
@@ -226,9 +278,11 @@ def slurm_script(
         if own in compare_args:
             raise UserError(f"give {own} as slurm-script's own option, before --")
     request = Request(nodes, nprocs, gpus_per_node, cpus_per_task, partition, time, job_name)
-    text = write(request, out, compare_args)
+    place = Place(PurePosixPath(out), workdir and PurePosixPath(workdir), PurePosixPath(venv))
+    text = write(request, place, compare_args)
     if submit and script is None:
         raise UserError("--submit needs --script FILE (the script sbatch runs)")
+    warn_node_local(place)
     if script is None:
         print(text, end="")
         return

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+from enum import Enum
+
+import click
 import typer
 
 from distbench.backends import launch_help
+from distbench.cli import COMMANDS
 from distbench.cli.declared import command, new_app, run_options
 from distbench.config import FIELDS, RunConfig
+from distbench.errors import UserError
 
-LAUNCH_HELP = (
-    launch_help()
-    + "\nOther commands: `run.py compare --help` (run the backend x world-size matrix; --nodes, --link-rate), "
-    "`run.py simulate --help` (one job as simulated nodes, optionally over a shaped link), `run.py report DIR`, "
-    "`run.py check-task TASK` (does a task, e.g. your own, keep the fairness contract under every backend?).\n"
-)
+
+def commands_help() -> str:
+    """Every other command of run.py, one line each (a \\b block: click keeps it as it is)."""
+    width = max(map(len, COMMANDS)) + 1
+    lines = [f"  {name:<{width}} {cmd.says}" for name, cmd in COMMANDS.items()]
+    return "\n".join(["Commands (`run.py COMMAND --help` for each):", "", "\b", *lines, ""])
 
 
 def train(values: dict) -> None:
@@ -29,7 +34,20 @@ def train_app() -> typer.Typer:
         "train",
         run_options(FIELDS),
         train,
-        epilog=LAUNCH_HELP,
+        epilog=commands_help() + "\n" + launch_help(),
         help="Train one task under one data-parallel backend and write a results record.",
     )
     return app
+
+
+def given_options(args: list[str]) -> dict:
+    """The training options `args` give (only those given), as RunConfig's fields with their declared types, read by
+    run.py's own parser: one it does not take, or a bad value, is a UserError."""
+    cmd = typer.main.get_command(train_app())
+    try:
+        ctx = cmd.make_context("run.py", list(args))
+    except (typer.TyperException, click.ClickException) as e:  # typer >= 0.20 vendors click (see cli.invoke)
+        raise UserError(" ".join(e.format_message().split())) from None
+    # the source's name: the same enum in click and in typer's vendored copy
+    given = {name: v for name, v in ctx.params.items() if ctx.get_parameter_source(name).name == "COMMANDLINE"}
+    return {name: v.value if isinstance(v, Enum) else v for name, v in given.items()}

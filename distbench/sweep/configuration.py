@@ -251,11 +251,19 @@ class SweepConfig:
         """The configuration a record ran; a record from before an axis existed had that axis's default."""
         return cls(**{f.name: rec.get(f.metadata["record"] or f.name, f.default) for f in fields(cls)})
 
+    def run_values(self) -> dict:
+        """The run options this configuration sets, as RunConfig's fields (the launcher and the link set the rest)."""
+        return {"threads": self.threads, "accumulate": self.accumulate, "grad_compression": self.grad_compression}
+
     def run_args(self) -> list[str]:
-        """The run.py options that put a run on this configuration (the launcher and the link set the rest)."""
-        return to_args(
-            {"threads": self.threads, "accumulate": self.accumulate, "grad_compression": self.grad_compression}
-        )
+        """The run.py options that put a run on this configuration."""
+        return to_args(self.run_values())
+
+    def link_said(self) -> str:
+        """The link its ranks talk over, in words: "link 100mbit, per-node" or "link unshaped (loopback)"."""
+        if self.link_rate == link.UNSHAPED:
+            return "link unshaped (loopback)" if self.link_mode == link.MODES[0] else f"link unshaped, {self.link_mode}"
+        return f"link {self.link_rate}, {self.link_mode}"
 
 
 AXES = {f.name: f for f in fields(SweepConfig)}

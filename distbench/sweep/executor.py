@@ -79,13 +79,26 @@ def launch_config(
     return topology.NodeLaunch(started.commands, {**started.env, **net.env()})
 
 
+def link_error(config: SweepConfig) -> str | None:
+    """Why `config`'s link cannot be what it says, or None. A per-node link joins nodes: with one node its processes
+    talk over their own loopback, and the rate would be recorded for a link that carries nothing."""
+    if config.link_mode == "per-node" and config.nodes == 1 and config.link_rate != link.UNSHAPED:
+        return (
+            f"--link-mode per-node --link-rate {config.link_rate} with one node: a per-node link joins nodes and "
+            "would carry nothing here; give --nodes 2 or more, or --link-mode shared"
+        )
+    return None
+
+
 class LocalExecutor:
     """This machine: simulated nodes on their own cores, a shaped loopback in a private network namespace."""
 
     def check(self, configs: list[SweepConfig]) -> None:
-        """Nodes and link rates that cannot run here: one line, before any run. A shaped link re-runs this command in
+        """Nodes and links that cannot run here: one line, before any run. A shaped link re-runs this command in
         a private network namespace, so it comes last."""
         for c in configs:
+            if (error := link_error(c)) is not None:
+                raise UserError(error)
             if c.nodes > 1:
                 topology.SimulatedNodes.split(c.nodes)  # a core per node
                 launcher = get_spec(c.backend).launchers[0]
@@ -141,7 +154,7 @@ class LocalExecutor:
         stopped and subprocess.TimeoutExpired raised."""
         with self.links(config) as net:
             started = launch_config(config.backend, config.world_size, config.nodes, args, net=net)
-            print(f"running: {started.shell()}", file=sys.stderr, flush=True)
+            print(f"running ({config.link_said()}): {started.shell()}", file=sys.stderr, flush=True)
             env = {**os.environ, **started.env, **link.run_env(config.link_rate, config.link_mode)}
             procs = [subprocess.Popen(resolve(cmd), env=env, start_new_session=True) for cmd in started.commands]
             try:
@@ -233,13 +246,22 @@ def run_one(
             rc = wait_all(procs, timeout_s)
         except subprocess.TimeoutExpired:
             _stop(procs, stop)
-            return {"status": "failed", "error": f"timed out after {timeout_s:.0f} s\n" + tail(log_path.read_text())}
+            # the cause last, as in every failure record: what the log said before, then why it ended
+            return {
+                "status": "failed",
+                "error": f"{tail(log_path.read_text())}\ntimed out after {timeout_s:.0f} s".strip(),
+            }
         except KeyboardInterrupt:
             _stop(procs, stop)
             raise
     elapsed = time.time() - started
     if rc != 0 or not out_json.exists():
-        return {"status": "failed", "returncode": rc, "error": tail(log_path.read_text()), "elapsed_s": elapsed}
+        # the cause last, in full: the report and the progress line show that line
+        error = tail(log_path.read_text())
+        if rc == 0:
+            error += f"\nexited 0 without writing its record {out_json}"
+        error = error.strip() or f"exit code {rc}, nothing in its log"
+        return {"status": "failed", "returncode": rc, "error": error, "elapsed_s": elapsed}
     record = json.loads(out_json.read_text())
     record["status"] = "ok"
     record["elapsed_s"] = elapsed

@@ -8,7 +8,6 @@ current run (the executor ends its processes) and keeps what was recorded.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,7 +15,7 @@ from pathlib import Path
 
 from distbench.sweep.executor import Executor
 from distbench.sweep.plan import Planned
-from distbench.training.reporter import append_line
+from distbench.training.reporter import append_line, to_json
 
 RESULTS = "results.jsonl"
 
@@ -45,20 +44,24 @@ class Sweep:
         }
 
 
-def run_sweep(sweep: Sweep, executor: Executor) -> None:
+def run_sweep(sweep: Sweep, executor: Executor) -> list[dict]:
+    """Every round in its order; returns the records appended to results.jsonl, failed runs' among them."""
     (sweep.out / "runs").mkdir(parents=True, exist_ok=True)
     total = len(sweep.planned) * len(sweep.orders)
+    records = []
     for round_no, order in enumerate(sweep.orders, 1):
         for position, i in enumerate(order, 1):
             done = (round_no - 1) * len(sweep.planned) + position
             progress = f"[{done}/{total}]" + (f" round {round_no}/{len(sweep.orders)}" if len(sweep.orders) > 1 else "")
-            run_planned(sweep, sweep.planned[i], round_no, position, progress, executor)
+            records.append(run_planned(sweep, sweep.planned[i], round_no, position, progress, executor))
+    return records
 
 
 def run_planned(
     sweep: Sweep, planned: Planned, round_no: int, position: int, progress: str, executor: Executor
-) -> None:
-    """One run of one configuration in one round: start it, append its record (or its failure) to results.jsonl."""
+) -> dict:
+    """One run of one configuration in one round: start it, append its record (or its failure, with the cause in
+    full: the `error` field's last line) to results.jsonl; returns the record."""
     config = planned.config
     name = f"{sweep.task}-{config.name().replace(' ', '-')}-r{round_no}"
     out_json = sweep.out / "runs" / f"{name}.json"
@@ -68,9 +71,15 @@ def run_planned(
     print(f"{label}: running", file=sys.stderr, flush=True)
     record = executor.run(config, args, out_json, sweep.out / "runs" / f"{name}.log", sweep.timeout_s)
     record.update(config.to_record(), baseline=planned.baseline, round=round_no, order=position)
-    append_line(sweep.out / RESULTS, json.dumps(record, sort_keys=True))
+    append_line(sweep.out / RESULTS, to_json(record, sort_keys=True))
     if record["status"] == "ok":
-        said = f"{record['samples_per_sec']:.1f} samples/s, accuracy {record['eval_accuracy']:.4f}"
+        said = f"{_said(record['samples_per_sec'], '.1f')} samples/s, accuracy {_said(record['eval_accuracy'], '.4f')}"
     else:
         said = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
     print(f"{label}: {said}", file=sys.stderr, flush=True)
+    return record
+
+
+def _said(value: float | None, spec: str) -> str:
+    """A record's number as the progress line shows it (null: a run with no timed step or no test sample)."""
+    return "n/a" if value is None else format(value, spec)

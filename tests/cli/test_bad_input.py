@@ -111,12 +111,32 @@ def test_bad_knobs_are_one_line(tmp_path, args, fragment):
     [
         (["compare", "--out", "{tmp}/s", "--link-rate", "100mb"], "--link-rate '100mb' is not a rate"),
         (["simulate", "--backend", "ddp", "--link-rate", "fast"], "--link-rate 'fast' is not a rate"),
-        (["compare", "--out", "{tmp}/s", "--nodes", "64"], "--nodes 64: each simulated node needs a core"),
+        (
+            ["compare", "--out", "{tmp}/s", "--nodes", "64", "--nprocs", "1"],
+            "--nodes 64: each simulated node needs a core",
+        ),
         (["simulate", "--backend", "single"], "--backend single runs one process"),
         (["compare", "--out", "{tmp}/s", "--link-mode", "mesh"], "--link-mode"),
         (["simulate", "--backend", "ddp", "--link-mode", "mesh"], "--link-mode 'mesh'"),
+        (
+            ["simulate", "--backend", "ddp", "--nodes", "1", "--link-mode", "per-node", "--link-rate", "1gbit"],
+            "--link-mode per-node --link-rate 1gbit with one node: a per-node link joins nodes and would carry nothing",
+        ),
+        (
+            ["commbench", "--out", "{tmp}/s", "--link-mode", "per-node", "--link-rate", "1gbit"],
+            "--link-mode per-node --link-rate 1gbit with one node",
+        ),
     ],
-    ids=["compare-rate", "simulate-rate", "too-many-nodes", "simulate-single", "compare-mode", "simulate-mode"],
+    ids=[
+        "compare-rate",
+        "simulate-rate",
+        "too-many-nodes",
+        "simulate-single",
+        "compare-mode",
+        "simulate-mode",
+        "simulate-per-node-alone",
+        "commbench-per-node-alone",
+    ],
 )
 def test_bad_topology_options_are_one_line(tmp_path, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
@@ -147,6 +167,65 @@ def test_bad_sweep_options_are_one_line_and_run_nothing(tmp_path, args, fragment
     proc = run_in(tmp_path, [sys.executable, "run.py", "compare", "--out", str(out), *args], timeout=60, expect_rc=None)
     assert_one_line_error(proc, fragment)
     assert not (out / "results.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        # the default global batch of 64 over 3 processes: on main, launched and failed as the sweep's only run
+        (["--backends", "ddp", "--nprocs", "3"], ["error: ddp x3 ", "--batch-size 64", "divide evenly across 3"]),
+        (["--nprocs", "2", "--accumulate", "1,3"], ["acc3 none: ", "must split into 3 equal micro-batches"]),
+        (["--backends", "ddp", "--nprocs", "2", "--extra", "--batch-size 9"], ["ddp x2 ", "divide evenly across 2"]),
+        (
+            ["--backends", "ddp", "--nodes", "1,2", "--link-mode", "per-node", "--link-rate", "1gbit"],
+            ["error: --link-mode per-node --link-rate 1gbit with one node: a per-node link joins nodes"],
+        ),
+        (["--extra", "--nope 3"], ["--extra '--nope 3': No such option: --nope"]),
+        (["--extra", "--dropout 2"], ["error: --dropout must be in [0.0, 1.0), got 2.0"]),
+        (["--extra", "--backend ddp"], ["--extra --backend: give it as compare's --backends"]),
+        (["--extra", "--output x.json"], ["--extra --output: the sweep sets it for each run"]),
+    ],
+    ids=[
+        "batch-world",
+        "batch-accumulate",
+        "batch-extra",
+        "per-node-alone",
+        "extra-unknown",
+        "extra-bad",
+        "extra-axis",
+        "extra-set",
+    ],
+)
+def test_a_sweep_that_cannot_run_is_refused_before_any_launch(tmp_path, args, fragments):
+    """Every configuration is checked with the options its run will get before the first launch: what cannot run is
+    one line naming it, exit 2, and nothing is written (no output folder, no sweep.json)."""
+    out = tmp_path / "cmp"
+    proc = run_in(
+        tmp_path,
+        [sys.executable, "run.py", "compare", "--max-steps", "5", "--out", str(out), *args],
+        timeout=60,
+        expect_rc=None,
+    )
+    assert_one_line_error(proc, *fragments)
+    assert "running" not in proc.stderr and not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["comapre", "--backends", "ddp"], "error: unknown command 'comapre' (did you mean 'compare'?)"),
+        (["slurm_script"], "error: unknown command 'slurm_script' (did you mean 'slurm-script'?)"),
+        (
+            ["help"],
+            "error: unknown command 'help'; the commands: compare, simulate, report, check-task, commbench, "
+            "project, slurm-script (training takes options: run.py --help)",
+        ),
+    ],
+    ids=["misspelled", "underscore", "no-such"],
+)
+def test_an_unknown_command_is_named_with_the_closest_one(tmp_path, args, line):
+    proc = run_in(tmp_path, [sys.executable, "run.py", *args], timeout=60, expect_rc=2)
+    assert proc.stderr.strip().splitlines() == [line]
 
 
 def _run_py(args, tmp_path):

@@ -1,7 +1,12 @@
-"""`--help` of each command shows the launch commands and the options."""
+"""`--help` of each command shows the launch commands and the options; `run.py --help` lists every command."""
 
+import importlib
+import re
 import sys
 
+import typer
+
+from distbench.cli import COMMANDS
 from tests.helpers import run_cmd, run_in, run_py
 
 
@@ -27,8 +32,39 @@ def test_help_shows_the_knobs():
 
 def test_help_shows_the_multi_node_and_link_options(tmp_path):
     main_help = run_in(tmp_path, [sys.executable, "run.py", "--help"], timeout=60).stdout
-    assert "run.py simulate --help" in main_help and "--link-rate" in main_help
+    assert (
+        re.search(r"^ +simulate +one training job as simulated nodes", main_help, re.M) and "--link-rate" in main_help
+    )
     compare_help = run_in(tmp_path, [sys.executable, "run.py", "compare", "--help"], timeout=60).stdout
     simulate_help = run_in(tmp_path, [sys.executable, "run.py", "simulate", "--help"], timeout=60).stdout
     for option in ("--nodes", "--link-rate"):
         assert option in compare_help and option in simulate_help
+
+
+def test_help_lists_every_command(tmp_path):
+    main_help = run_py(["--help"], tmp_path, expect_rc=0).stdout
+    listed = re.findall(r"^ +([a-z-]+) +\S", main_help.split("Commands", 1)[1].split("Launch commands", 1)[0], re.M)
+    assert (
+        listed
+        == list(COMMANDS)
+        == [
+            "compare",
+            "simulate",
+            "report",
+            "check-task",
+            "commbench",
+            "project",
+            "slurm-script",
+        ]
+    )
+
+
+def test_the_list_of_commands_is_every_command_the_apps_hold():
+    """A command added to an app without its line in COMMANDS (or the reverse) fails here, so that the help, the
+    dispatch and the suggestion for a misspelled command know every command."""
+    held = set()
+    for name, cmd in COMMANDS.items():
+        module, function = cmd.app.split(":")
+        app = typer.main.get_command(getattr(importlib.import_module(module), function)())
+        held |= set(app.commands) if cmd.grouped else {name}
+    assert held == set(COMMANDS)

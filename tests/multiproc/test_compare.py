@@ -72,21 +72,40 @@ def test_small_compare_writes_every_report_file(tmp_path):
     assert len((out / "results.jsonl").read_text().splitlines()) == 4
 
 
+# MNIST, except that its data cannot be loaded in more than one process: a failure only a launched run meets (what the
+# sweep can check before launching, it refuses: tests/cli/test_bad_input.py)
+APART = """
+import os
+
+from distbench.tasks.mnist import MnistTask
+
+
+class Apart(MnistTask):
+    def datasets(self):
+        if os.environ.get("WORLD_SIZE", "1") != "1":
+            raise RuntimeError("planted: this task's data stays in one process, and a long cause is kept whole")
+        return super().datasets()
+"""
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(600)
-def test_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path):
-    out = tmp_path / "cmp"
-    # a global batch of 9 does not divide over 2 processes: that run fails, the sweep goes on
+def test_failed_run_is_recorded_the_sweep_goes_on_and_exits_1(tmp_path):
+    out, task = tmp_path / "cmp", tmp_path / "apart.py"
+    task.write_text(APART)
     cmd = py(
-        "run.py compare --backends ddp,single --nprocs 2,1 --max-steps 3 --batch-size 9 --threads 1 --out", str(out)
+        f"run.py compare --task {task}:Apart --backends ddp,single --nprocs 2,1 --max-steps 3 --threads 1 --out",
+        str(out),
     )
-    run_in(tmp_path, cmd, timeout=400)
+    proc = run_in(tmp_path, cmd, timeout=400, expect_rc=1)  # its report written, then the exit status says it
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     status = {(r["backend"], r["world_size"]): r["status"] for r in recs}
     assert status == {("ddp", 2): "failed", ("ddp", 1): "ok", ("single", 1): "ok"}
     failed = next(r for r in recs if r["status"] == "failed")
-    assert "divide evenly across 2 processes" in failed["error"]
-    assert "failed" in (out / "report.md").read_text()
+    cause = "RuntimeError: planted: this task's data stays in one process, and a long cause is kept whole"
+    assert cause in failed["error"].splitlines()[-1]  # the cause last, whole
+    assert f"1 of 3 runs failed: the causes are in {out / 'report.md'}" in proc.stderr
+    assert cause in (out / "report.md").read_text()
 
 
 @pytest.mark.multiproc

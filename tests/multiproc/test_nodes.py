@@ -61,8 +61,11 @@ def test_simulate_runs_one_job_over_a_shaped_link_and_records_the_rate(tmp_path)
     cmd = py(
         "run.py simulate --backend ddp --nodes 2 --link-rate 100mbit -- --max-steps 12 --no-progress --output", out
     )
-    run_in(tmp_path, cmd, timeout=240)
+    proc = run_in(tmp_path, cmd, timeout=240)
     rec = json.loads(out.read_text())
     assert rec["link_rate"] == "100mbit" and rec["topology"]["nodes"] == 2
+    # the link, rate and mode, in the running line and the last line
+    assert "running (link 100mbit, shared): " in proc.stderr
+    assert proc.stderr.rstrip().endswith("simulated ddp as 2 node(s) x 1 process(es), link 100mbit, shared: done")
     # the ConvNet's 1.2 MB of gradients, both ranks' bytes through one 12.5 MB/s bucket: under 600 samples/s
     assert rec["samples_per_sec"] < 600 and rec["written_bytes_per_step"] > 1e6
