@@ -10,22 +10,29 @@ process). The statistics are in distbench/sweep/stats.py, and why they are these
 from __future__ import annotations
 
 import csv
-import json
-import statistics
+import os
 import sys
-from dataclasses import dataclass, field
-from itertools import combinations
 from pathlib import Path
 
 from distbench.backends import SHARDING
 from distbench.errors import UserError
-from distbench.sweep import stats
+from distbench.sweep import context, plots, settings, stats, summary
 from distbench.sweep.configuration import AXES, SweepConfig
-from distbench.sweep.stats import Summary
+from distbench.sweep.context import device_kind
+from distbench.sweep.grouping import (
+    Config,
+    comparisons,
+    configurations,
+    load,
+    reference_for,
+    resolution,
+    scaled,
+    speedup,
+)
 from distbench.training.memory import KINDS, state_bytes
-from distbench.training.reporter import read_jsonl
-from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, PHASES
+from distbench.training.timer import PHASES
 
+DOCS = Path(__file__).resolve().parents[2] / "docs"  # this checkout's docs/, which the report links to
 AXIS_COLUMNS = list(SweepConfig().to_record())  # the configuration's axes, as the records name them
 
 # what the report shows of each configuration as the plain median over its rounds ("epochs": not a column)
@@ -78,123 +85,6 @@ RUN_COLUMNS = [
 ]
 
 
-REQUIRED = ("task", "backend", "world_size", "status")  # what a line of results.jsonl must hold to be reported
-
-
-@dataclass
-class Loaded:
-    """The records and sweep descriptions of compare folders, and the lines of results.jsonl that held no record."""
-
-    records: list[dict]
-    sweeps: list[dict]
-    skipped: list[str]  # "FOLDER/results.jsonl line N: why"
-
-
-def load(dirs: list[Path]) -> Loaded:
-    """Every complete record of the folders' results.jsonl; a line cut short (a sweep killed while it wrote, a full
-    disk) or not a compare record is skipped and named."""
-    loaded = Loaded([], [], [])
-    for d in dirs:
-        path = d / "results.jsonl"
-        if path.is_file():  # else: interrupted before any run
-            lines = read_jsonl(path)
-            loaded.skipped += [f"{path} {why}" for why in lines.skipped]
-            for number, rec in enumerate(lines.records, 1):
-                missing = [k for k in REQUIRED if k not in rec]
-                if missing:
-                    loaded.skipped.append(f"{path} record {number}: not a compare record (no {', '.join(missing)})")
-                    continue
-                rec.setdefault("round", 1)  # sweeps from before --repeats ran one round
-                loaded.records.append(rec)
-        if (d / "sweep.json").is_file():
-            loaded.sweeps.append(json.loads((d / "sweep.json").read_text()))
-    return loaded
-
-
-@dataclass
-class Config:
-    """One configuration (distbench/sweep/configuration.py) over the rounds of a sweep: every run of it, ok or failed,
-    and its label in the report. Its axes read through: `c.backend`, `c.world_size`, ..."""
-
-    config: SweepConfig
-    runs: list[dict] = field(default_factory=list)
-    label: str = ""
-
-    def __getattr__(self, name: str):
-        if name == "config":  # not set yet (copying): no recursion
-            raise AttributeError(name)
-        return getattr(self.config, name)
-
-    @property
-    def ok(self) -> list[dict]:
-        return [r for r in self.runs if r["status"] == "ok"]
-
-    def by_round(self, metric: str = "samples_per_sec") -> dict[int, float]:
-        return {r["round"]: r[metric] for r in self.ok if r.get(metric)}
-
-    def summary(self, metric: str = "samples_per_sec") -> Summary | None:
-        return stats.summarize([_get(r, metric) for r in self.ok])
-
-    def median(self, metric: str):
-        """The median alone (no interval: no bootstrap for the table's secondary columns)."""
-        values = [v for v in (_get(r, metric) for r in self.ok) if v is not None]
-        return statistics.median(values) if values else None
-
-
-def _get(rec: dict, metric: str):
-    """A record's value; "a.b" reaches into a nested field (step_time_ms.p50)."""
-    value = rec
-    for part in metric.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
-
-
-def configurations(records: list[dict]) -> list[Config]:
-    """The configurations (by task, then in SweepConfig's order), each with its runs, and labels that are as short as
-    they can be without two configurations of a task sharing one: backend and world size, then each axis that
-    varies among the configurations of that backend and world size."""
-    configs: dict[SweepConfig, Config] = {}
-    for rec in records:
-        config = SweepConfig.from_record(rec)
-        configs.setdefault(config, Config(config)).runs.append(rec)
-    tasks = list(dict.fromkeys(c.task for c in configs.values()))
-    out = sorted(configs.values(), key=lambda c: (tasks.index(c.task), c.config.sort_key()))
-    for c in out:
-        twins = [o for o in out if (o.task, o.backend, o.world_size) == (c.task, c.backend, c.world_size)]
-        texts = c.config.texts()
-        shown = [text for axis, text in texts.items() if len({o.config.texts()[axis] for o in twins}) > 1]
-        c.label = " ".join([f"{c.backend} x{c.world_size}", *shown])
-    return out
-
-
-def reference_for(cfg: Config, configs: list[Config]) -> Config | None:
-    """The reference of speed-up (SweepConfig.reference: `single` x1, same task, threads and accumulation), if it
-    ran."""
-    wanted = cfg.config.reference()
-    return next((c for c in configs if c.config == wanted and c.ok), None)
-
-
-def speedup(cfg: Config, configs: list[Config]) -> Summary | None:
-    """Per round: this configuration's samples/s over the same round's reference run, summarised."""
-    ref = reference_for(cfg, configs)
-    if ref is None:
-        return None
-    return stats.summarize(stats.paired_ratios(cfg.by_round(), ref.by_round()))
-
-
-def _scaled(s: Summary | None, k: float) -> Summary | None:
-    if s is None:
-        return None
-    return Summary(
-        s.median / k,
-        s.lo / k if s.has_interval else None,
-        s.hi / k if s.has_interval else None,
-        s.min / k,
-        s.max / k,
-        s.n,
-    )
-
-
 def config_row(cfg: Config, configs: list[Config]) -> dict:
     """One configuration's medians (and intervals) as a flat row: the CSV's and the table's."""
     row = {
@@ -217,7 +107,7 @@ def config_row(cfg: Config, configs: list[Config]) -> dict:
         samples_per_sec_max=sps.max,
     )
     up = speedup(cfg, configs)
-    eff = _scaled(up, cfg.world_size)
+    eff = scaled(up, cfg.world_size)
     for name, s in (("speedup", up), ("scaling_efficiency", eff)):
         if s is not None:
             row.update({name: s.median, f"{name}_lo": s.lo, f"{name}_hi": s.hi})
@@ -248,22 +138,6 @@ def run_rows(records: list[dict], configs: list[Config]) -> list[dict]:
 
 
 # ---- verdicts and the noise gauge ----------------------------------------------------------------
-def comparisons(configs: list[Config]) -> list[tuple[str, str, Summary | None]]:
-    """(a, b, paired ratio a/b): each pair of configurations at the same world size, threads per process, nodes
-    and link (a pair that differs in threads measures the threads, not the library), then each distributed one
-    against its reference."""
-    out = []
-    ok = [c for c in configs if c.ok]
-    for a, b in combinations(ok, 2):
-        if a.config.held() == b.config.held():
-            out.append((b.label, a.label, stats.summarize(stats.paired_ratios(b.by_round(), a.by_round()))))
-    for c in ok:
-        ref = reference_for(c, configs)
-        if c.world_size > 1 and ref is not None:
-            out.append((c.label, ref.label, speedup(c, configs)))
-    return out
-
-
 def verdicts(configs: list[Config]) -> list[str]:
     return [stats.verdict(a, b, ratio) for a, b, ratio in comparisons(configs)]
 
@@ -280,22 +154,22 @@ def noise_lines(configs: list[Config]) -> list[str]:
             f"{s.min:.1f}-{s.max:.1f} ({100 * (s.max - s.min) / s.median:.0f} % of the median)."
         )
     rounds = max((len(c.ok) for c in configs), default=0)
-    widths = [r.half_width_pct() for _, _, r in comparisons(configs) if r is not None and r.has_interval]
-    if not widths:
+    resolved = resolution(configs)
+    if resolved is None:
         lines.append(
             f"- **Warning**: fewer than {stats.MIN_FOR_INTERVAL} rounds: no interval, so no difference can "
             "be called real; run with `--repeats 5` or more."
         )
         return lines
-    resolution = sorted(widths)[len(widths) // 2]
+    width, n = resolved
     text = (
-        f"- Resolution: the paired ratios' {stats.CI} are ±{resolution:.1f} % wide (median over "
-        f"{len(widths)} comparisons, {rounds} rounds)"
+        f"- Resolution: the paired ratios' {stats.CI} are ±{width:.1f} % wide (median over "
+        f"{n} comparisons, {rounds} rounds)"
     )
-    if resolution > stats.NOISE_WARN_PCT:
+    if width > stats.NOISE_WARN_PCT:
         text += (
             f". **Warning**: this machine is too noisy to resolve differences smaller than about "
-            f"{resolution:.0f} % with {rounds} rounds; more rounds (`--repeats`) or a quieter machine narrow "
+            f"{width:.0f} % with {rounds} rounds; more rounds (`--repeats`) or a quieter machine narrow "
             "it"
         )
     return lines + [text + "."]
@@ -336,7 +210,7 @@ def _accuracy(row: dict) -> str:
     epochs = row.get("epochs")
     if epochs is not None and epochs < 1:
         return f"n/a: {epochs:.2f} epoch ({row['eval_count']:.0f})"
-    return f"{row['eval_accuracy']:.4f} ({row['eval_count']:.0f})"
+    return f"{_fmt(row['eval_accuracy'], '.4f')} ({row['eval_count']:.0f})"
 
 
 def table_lines(rows: list[dict]) -> list[str]:
@@ -348,15 +222,17 @@ def table_lines(rows: list[dict]) -> list[str]:
     for r in rows:
         runs_ok = f"{r['runs_ok']}/{r['runs']}"
         if r.get("samples_per_sec") is None:
-            lines.append(f"| {r['label']} | — | — | — | — | — | — | — | — | — | {runs_ok}: failed: {r['error'][:80]} |")
+            lines.append(
+                f"| {r['label']} | {' | '.join(['—'] * 9)} | {runs_ok}: failed: {r['error'][:80]} (Failures) |"
+            )
             continue
         if r["runs_ok"] < r["runs"]:
-            runs_ok += f" (failed: {r['error'][:60]})"
+            runs_ok += f" (failed: {r['error'][:60]}; Failures)"
         lines.append(
             f"| {r['label']} | {with_interval(r, 'samples_per_sec', '.1f')} | "
             f"{r['samples_per_sec_min']:.1f}-{r['samples_per_sec_max']:.1f} | {with_interval(r, 'speedup', '.2f')} | "
             f"{with_interval(r, 'scaling_efficiency', '.2f')} | {r['step_p50_ms']:.1f} / {r['step_p90_ms']:.1f} | "
-            f"{_accuracy(r)} | {r['final_loss']:.4f} | {r['peak_rss_mb']:.0f} | "
+            f"{_accuracy(r)} | {_fmt(r['final_loss'], '.4f')} | {r['peak_rss_mb']:.0f} | "
             f"{_fmt(r.get('launch_to_first_step_s'), '.1f')} | {runs_ok} |"
         )
     return lines
@@ -397,7 +273,7 @@ def memory_lines(rows: list[dict]) -> list[str]:
 
 def gloo_caveat(configs: list[Config]) -> list[str]:
     """The line that must stand beside any speed of a sharding backend measured on CPU (gloo)."""
-    shown = sorted({c.backend for c in configs if c.backend in SHARDING and c.ok and _on_cpu(c.ok[0])})
+    shown = sorted({c.backend for c in configs if c.backend in SHARDING and c.ok and device_kind(c.ok[0]) == "cpu"})
     if not shown:
         return []
     return [
@@ -406,10 +282,6 @@ def gloo_caveat(configs: list[Config]) -> list[str]:
         "sends it. These samples/s are not FSDP's speed on a GPU cluster (docs/fsdp.md).",
         "",
     ]
-
-
-def _on_cpu(rec: dict) -> bool:
-    return (rec.get("environment") or {}).get("device", "cpu") == "cpu"
 
 
 def _steps_line(configs: list[Config]) -> str:
@@ -430,26 +302,33 @@ def markdown(
     built_by: str | None = None,
     baseline: list[dict] | None = None,
     skipped: list[str] = (),
+    docs: str = "docs",
+    differences: list[settings.Difference] | None = None,
 ) -> str:
+    """The report: what it measured on and its summary in words first, then each task's table, memory, verdicts,
+    noise and plots, the failures in full, the comparison with a baseline, the environment and the commands.
+    `docs`: the path of this checkout's docs/ from the report's folder, for the links into it."""
     configs = configurations(records)
     lines = ["# distbench comparison", ""]
     if built_by:
         lines += [f"Built by `{built_by}` from the sweeps listed under Commands.", ""]
+    lines += context.banner(records, docs)
+    label = summary.labeller(configs)
+    said = [
+        *summary.summary_lines(configs, records),
+        *context.dataset_lines(records),
+        *context.load_lines(records, label, docs),
+        *context.dropout_lines(records),
+    ]
+    lines += ["## Summary", "", *said, ""]
     for task in dict.fromkeys(c.task for c in configs):
-        mine = [c for c in configs if c.task == task]
-        rows = [config_row(c, configs) for c in mine]
-        lines += [f"## {task}", "", _steps_line(mine), "", *table_lines(rows), "", *gloo_caveat(mine)]
-        lines += memory_lines(rows)
-        said = [f"- {v}" for v in verdicts(mine)] or ["- (one configuration)"]
-        lines += ["### Verdicts", "", *said, ""]
-        noise = noise_lines(mine) or ["- no reference run (`single` x1) in this sweep"]
-        lines += ["### Noise", "", *noise, ""]
-        pics = [f"![{n}]({plot_dir}/{task}-{n}.png)" for n in PLOTS]
-        lines += [" ".join(pics[:2]), "", " ".join(pics[2:4]), "", *pics[4:], ""]
+        lines += _task_lines(task, configs, plot_dir)
+    lines += summary.failure_section(records, label)
     if baseline is not None:
         lines += [
             "## Against the baseline sweep",
             "",
+            *settings.difference_lines(differences or []),
             "Each configuration's median samples/s in this sweep over the same configuration's in the baseline "
             f"(unpaired: the sweeps ran at different times; {stats.CI} by resampling each side).",
             "",
@@ -485,6 +364,21 @@ def markdown(
     return "\n".join(lines)
 
 
+def _task_lines(task: str, configs: list[Config], plot_dir: str) -> list[str]:
+    """One task's section: its steps, table, memory, verdicts, noise, and plots with what their bars show."""
+    mine = [c for c in configs if c.task == task]
+    rows = [config_row(c, configs) for c in mine]
+    lines = [f"## {task}", "", _steps_line(mine), "", *table_lines(rows), "", *gloo_caveat(mine)]
+    lines += memory_lines(rows)
+    said = [f"- {v}" for v in verdicts(mine)] or ["- (one configuration)"]
+    lines += ["### Verdicts", "", *said, ""]
+    noise = noise_lines(mine) or ["- no reference run (`single` x1) in this sweep"]
+    lines += ["### Noise", "", *noise, ""]
+    pics = [f"![{n}]({plot_dir}/{task}-{n}.png)" for n in plots.PLOTS]
+    captions = [f"*{name.capitalize()}*: {plots.caption(configs, task, name)}" for name in ("throughput", "efficiency")]
+    return lines + [" ".join(pics[:2]), "", " ".join(captions), "", " ".join(pics[2:4]), "", *pics[4:], ""]
+
+
 def _environment_lines(records: list[dict]) -> list[str]:
     ok = [r for r in records if r["status"] == "ok"]
     if not ok:
@@ -517,120 +411,6 @@ def _environment_lines(records: list[dict]) -> list[str]:
     return lines + [""]
 
 
-# ---- plots ---------------------------------------------------------------------------------------
-def _errorbar(ax, points: list[tuple[int, Summary]], label: str) -> None:
-    """Medians joined by a line, with the interval (or, with too few rounds, the min-max) as error bars."""
-    xs = [x for x, _ in points]
-    ys = [s.median for _, s in points]
-    lo = [s.median - (s.lo if s.has_interval else s.min) for _, s in points]
-    hi = [(s.hi if s.has_interval else s.max) - s.median for _, s in points]
-    ax.errorbar(xs, ys, yerr=[lo, hi], marker="o", capsize=4, label=label)
-
-
-def _finish(fig, ax, path: Path) -> None:
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)  # outside: covers no data
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-
-
-def plot_series(configs: list[Config], task: str, metric: str) -> dict[str, list[tuple[int, Summary]]]:
-    """The lines of a plot over world size: one per (backend, threads per process, accumulation, compression),
-    so that runs at different settings are never joined; each point is the configuration's summary
-    (throughput or efficiency)."""
-    series: dict[str, list[tuple[int, Summary]]] = {}
-    for c in sorted((c for c in configs if c.task == task and c.ok), key=lambda c: c.world_size):
-        s = c.summary() if metric == "throughput" else _scaled(speedup(c, configs), c.world_size)
-        if s is None:
-            continue
-        label = f"{c.backend}, {c.threads} thread{'s' if c.threads > 1 else ''}/proc"
-        label += "".join(
-            f", {text}"
-            for axis, text in c.config.texts().items()
-            if axis != "threads" and getattr(c.config, axis) != AXES[axis].default
-        )
-        series.setdefault(label, []).append((c.world_size, s))
-    return series
-
-
-PLOTS = ("throughput", "efficiency", "loss", "breakdown", "memory")  # each task's, {task}-{name}.png
-
-
-def memory_series(configs: list[Config], task: str) -> dict[str, list[tuple[int, float]]]:
-    """Parameters + gradients + optimizer state per rank (MB) over world size: one line per backend and setting."""
-    series: dict[str, list[tuple[int, float]]] = {}
-    for c in sorted((c for c in configs if c.task == task and c.ok), key=lambda c: c.world_size):
-        total = state_bytes(c.ok[0].get("memory_per_rank") or {})
-        if total is None:
-            continue
-        label = c.backend + "".join(
-            f", {text}"
-            for axis, text in c.config.texts().items()
-            if axis not in ("threads", "world_size") and getattr(c.config, axis) != AXES[axis].default
-        )
-        series.setdefault(label, []).append((c.world_size, total / 2**20))
-    return series
-
-
-def _memory_plot(plt, configs: list[Config], task: str, path: Path) -> None:
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for label, pts in memory_series(configs, task).items():
-        ax.plot([w for w, _ in pts], [mb for _, mb in pts], marker="o", label=label)
-    ax.set(
-        xlabel="world size (processes)",
-        ylabel="parameters + gradients + optimizer, MB",
-        title=f"{task}: state held per rank (largest rank)",
-    )
-    ax.set_xticks(sorted({c.world_size for c in configs if c.task == task and c.ok}))
-    _finish(fig, ax, path)
-    plt.close(fig)
-
-
-def plots(records: list[dict], plot_dir: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    configs = configurations(records)
-    for task in dict.fromkeys(c.task for c in configs):
-        mine = [c for c in configs if c.task == task and c.ok]
-        for name, ylabel in (("throughput", "global samples/s"), ("efficiency", "scaling efficiency (paired)")):
-            fig, ax = plt.subplots(figsize=(6.5, 4))
-            for label, pts in plot_series(configs, task, name).items():
-                _errorbar(ax, pts, label)
-            ax.set(xlabel="world size (processes)", ylabel=f"{ylabel}, median", title=f"{task}: {ylabel}")
-            ax.set_xticks(sorted({c.world_size for c in mine}))
-            _finish(fig, ax, plot_dir / f"{task}-{name}.png")
-            plt.close(fig)
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for c in mine:  # every round of a configuration trains the same steps: its first run stands for all
-            ax.plot(c.ok[0]["loss_history"], label=c.label, alpha=0.7)
-        ax.set(xlabel="global step", ylabel="training loss", title=f"{task}: loss curves")
-        _finish(fig, ax, plot_dir / f"{task}-loss.png")
-        plt.close(fig)
-        _breakdown_plot(plt, mine, plot_dir / f"{task}-breakdown.png", task)
-        _memory_plot(plt, configs, task, plot_dir / f"{task}-memory.png")
-
-
-def _breakdown_plot(plt, configs: list[Config], path: Path, task: str) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4))
-    labels = [c.label.replace(" ", "\n", 1) for c in configs]
-    bottom = [0.0] * len(configs)
-    names = {
-        DATA: "data",
-        FORWARD_BACKWARD: "forward+backward (DDP: + overlapped sync)",
-        OPTIMIZER: "optimizer step (Horovod: + gradient wait)",
-    }
-    for part, name in names.items():
-        vals = [c.median(f"step_breakdown_ms.{part}") or 0.0 for c in configs]
-        ax.bar(labels, vals, bottom=bottom, label=name)
-        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
-    ax.set(ylabel="ms per step, median (main process)", title=f"{task}: step-time breakdown")
-    ax.tick_params(axis="x", labelsize=7)
-    _finish(fig, ax, path)
-    plt.close(fig)
-
-
 def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
@@ -638,11 +418,19 @@ def _write_csv(path: Path, columns: list[str], rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def write_report(dirs: list[Path], out: Path, built_by: str | None = None, baseline: Path | None = None) -> str:
+def write_report(
+    dirs: list[Path],
+    out: Path,
+    built_by: str | None = None,
+    baseline: Path | None = None,
+    allow_different: bool = False,
+) -> str:
     """Write summary.csv, runs.csv, the markdown report and plots; returns the markdown.
 
     `out` is a folder (report.md inside it) or a .md path (plots and CSVs in the folder of the same stem).
-    `baseline`: a sweep folder to compare each configuration with (`run.py report --baseline`).
+    `baseline`: a sweep folder to compare each configuration with (`run.py report --baseline`); a baseline that
+    differs in what makes the sweeps incomparable (settings.INCOMPARABLE) is one line, nothing written, unless
+    `allow_different`.
     """
     loaded = load(dirs)
     records, sweeps = loaded.records, loaded.sweeps
@@ -651,9 +439,15 @@ def write_report(dirs: list[Path], out: Path, built_by: str | None = None, basel
             f"no complete record to report in {', '.join(map(str, dirs))} ({len(loaded.skipped)} line(s) "
             f"skipped, the first: {loaded.skipped[0]}); nothing was written"
         )
+    old = diffs = None
+    if baseline is not None:
+        old = load([baseline]).records
+        diffs = settings.differences(old, records)
+        refused = settings.refusal(diffs, str(baseline), ", ".join(map(str, dirs)))
+        if refused and not allow_different:
+            raise UserError(refused)
     for why in loaded.skipped:
         print(f"note: skipped {why}", file=sys.stderr)
-    old = load([baseline]).records if baseline is not None else None
     if out.suffix == ".md":
         md_path, plot_dir = out, out.parent / out.stem
     else:
@@ -662,8 +456,9 @@ def write_report(dirs: list[Path], out: Path, built_by: str | None = None, basel
     configs = configurations(records)
     _write_csv(plot_dir / "summary.csv", COLUMNS, [config_row(c, configs) for c in configs])
     _write_csv(plot_dir / "runs.csv", RUN_COLUMNS, run_rows(records, configs))
-    plots(records, plot_dir)
+    plots.plots(records, plot_dir)
     rel = plot_dir.relative_to(md_path.parent) if plot_dir != md_path.parent else Path(".")
-    text = markdown(records, sweeps, str(rel), built_by, old, loaded.skipped)
+    docs = os.path.relpath(DOCS, md_path.parent.resolve())
+    text = markdown(records, sweeps, str(rel), built_by, old, loaded.skipped, docs, diffs)
     md_path.write_text(text, encoding="utf-8")
     return text

@@ -34,6 +34,23 @@ def test_report_baseline_command_writes_the_verdicts(tmp_path):
     )
     assert "holds no results.jsonl" in missing.stderr
 
+    # a baseline of other steps compares different work: refused in one line, nothing written, unless allowed
+    short = tmp_path / "short"
+    short.mkdir()
+    records = [{**r, "steps": 5} for r in synthetic_sweep(noise=0.02, drift=[1.0] * 5, seed=3)]
+    (short / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    compare = [sys.executable, "run.py", "report", "--baseline", str(short), str(tmp_path / "new")]
+    (tmp_path / "new" / "report.md").unlink()
+    refused = run_in(tmp_path, compare, timeout=60, expect_rc=2)
+    assert refused.stderr.strip().splitlines() == [
+        f"error: the baseline {short} and {tmp_path / 'new'} are not comparable: steps 5 (baseline) vs 60; give "
+        "--allow-different to compare them anyway (nothing was written)"
+    ]
+    assert not (tmp_path / "new" / "report.md").exists()
+    run_in(tmp_path, [*compare, "--allow-different"], timeout=120)
+    allowed = (tmp_path / "new" / "report.md").read_text()
+    assert "- steps: 5 vs 60 **(makes them incomparable: compared anyway, `--allow-different`)**" in allowed
+
 
 def test_the_report_is_rebuilt_from_every_complete_record_and_names_the_skipped_line(tmp_path):
     records = synthetic_sweep(noise=0.01, drift=[1.0] * 5)
