@@ -110,7 +110,7 @@ def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_su
         "--out",
         out,
     )
-    run_cmd(_salloc(*cmd), timeout=timeout_s * 4, env=env)
+    run_cmd(_salloc(*cmd), timeout=timeout_s * 4, env=env, expect_rc=1)  # a run failed: the sweep says so
     single, killed, after = _records(out)  # in the plan's order: the reference, then ddp on 2 nodes, then on 1
     assert (killed["backend"], killed["nodes"], killed["status"]) == ("ddp", 2, "failed"), killed
     assert killed["elapsed_s"] < timeout_s + 30
@@ -173,8 +173,7 @@ def test_a_partition_slurm_refuses_is_one_line(slurm_env, tmp_path):
 def test_the_script_is_written_as_documented(tmp_path):
     proc = run_cmd(
         py(
-            "run.py slurm-script --nodes 2 --nprocs 4 --gpus-per-node 2 --cpus-per-task 3 --partition gpu "
-            "--time 01:00:00 --out",
+            "run.py slurm-script --nodes 2 --gpus-per-node 2 --cpus-per-task 3 --partition gpu --time 01:00:00 --out",
             tmp_path / "s",
             "--",
             "--repeats",
@@ -193,6 +192,6 @@ def test_the_script_is_written_as_documented(tmp_path):
     ):
         assert line in text, line
     assert f"run.py compare --scheduler slurm --nodes 2 --nprocs 2 --out {tmp_path / 's'} --repeats 5" in text
-    assert f"cd {ROOT}" in text and sys.executable in text
+    assert 'cd "$SLURM_SUBMIT_DIR"' in text and str(ROOT) not in text and sys.executable not in text
     bad = run_cmd(py("run.py slurm-script --time soon --out", tmp_path / "s"), timeout=60, expect_rc=2)
     assert_one_line_error(bad, "--time 'soon'")

@@ -63,3 +63,117 @@ def test_horovod_hosts_on_one_machine_and_an_allocation_too_small():
         ALLOC.check(4)
     with pytest.raises(UserError, match="runs inside a Slurm allocation"):
         slurm.Allocation.current({})
+
+
+# ---- run.py slurm-script (distbench/sweep/sbatch.py) ---------------------------------------------------------------
+def _slurm_script(capsys, *args) -> tuple[str, str, int]:
+    """run.py slurm-script ARGS in-process: (stdout, stderr, exit code)."""
+    from distbench.cli import main
+
+    code = main(["slurm-script", *map(str, args)])
+    got = capsys.readouterr()
+    return got.out, got.err, code
+
+
+def test_the_script_runs_from_the_submit_directory_and_names_no_path_of_the_machine_that_wrote_it(capsys, monkeypatch):
+    import sys
+
+    from tests.helpers import ROOT
+
+    monkeypatch.chdir(ROOT)  # where a user writes it, and not node-local
+    text, err, code = _slurm_script(capsys, "--out", "results/mnist", "--", "--repeats", "5")
+    assert code == 0 and err == ""
+    for local in (str(ROOT), sys.executable, str(ROOT / ".venv")):
+        assert local not in text, local
+    lines = text.splitlines()
+    assert 'cd "$SLURM_SUBMIT_DIR"' in lines and 'export PATH="$PWD"/.venv/bin:$PATH' in lines
+    assert "#SBATCH --output=results/mnist-slurm-%j.log" in lines
+    assert lines[-1] == "python run.py compare --scheduler slurm --nodes 2 --nprocs 1 --out results/mnist --repeats 5"
+
+
+def test_the_script_runs_in_the_workdir_with_the_venv_given(capsys, tmp_path):
+    text, _, code = _slurm_script(capsys, "--workdir", "/shared/distbench", "--venv", "/shared/env", "--out", "r/x")
+    lines = text.splitlines()
+    assert code == 0 and "#SBATCH --chdir=/shared/distbench" in lines and "cd /shared/distbench" in lines
+    assert "export PATH=/shared/env/bin:$PATH" in lines
+    assert "[ -x /shared/env/bin/python ]" in text  # a missing environment is one line in the job's log
+
+
+def test_the_script_stops_with_one_line_where_the_environment_is_missing(capsys, tmp_path):
+    """The script, run by bash as a job would run it: from a directory without .venv it says so and exits 2."""
+    import subprocess
+
+    text, _, _ = _slurm_script(capsys, "--out", "r")
+    job = tmp_path / "job.sh"
+    job.write_text(text)
+    proc = subprocess.run(
+        ["bash", str(job)],
+        cwd=tmp_path,
+        env={"SLURM_SUBMIT_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: no Python environment at {tmp_path}/.venv (--venv)"
+
+
+@pytest.mark.parametrize("value", ["10", "90", "10:30", "01:00:00", "48:00:00", "2-12", "2-12:30", "2-12:30:15"])
+def test_slurms_time_forms_are_accepted(value):
+    from distbench.sweep.sbatch import check_time
+
+    check_time(value)
+
+
+@pytest.mark.parametrize(
+    "value,fragment",
+    [
+        ("25:99:99", "(minutes or seconds below 60, got 99)"),
+        ("10:60", "(minutes or seconds below 60, got 60)"),
+        ("1-24", "(hours below 24, got 24)"),
+        ("1-10:60", "(minutes below 60, got 60)"),
+        ("1-10:00:75", "(seconds below 60, got 75)"),
+        ("soon", "Slurm's forms are MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS"),
+        ("1:2:3:4", "Slurm's forms are"),
+    ],
+)
+def test_a_time_limit_out_of_slurms_forms_is_one_line(capsys, value, fragment):
+    _, err, code = _slurm_script(capsys, "--time", value, "--out", "r")
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: --time {value!r}: ") and fragment in err
+
+
+def test_nprocs_beside_gpus_per_node_is_one_line(capsys):
+    _, err, code = _slurm_script(capsys, "--nprocs", "2", "--gpus-per-node", "4", "--out", "r")
+    assert code == 2 and err == (
+        "error: --nprocs 2 with --gpus-per-node 4: with GPUs each node runs one process per GPU; leave out --nprocs\n"
+    )
+    text, _, code = _slurm_script(capsys, "--nprocs", "4", "--gpus-per-node", "4", "--out", "r")  # the same: fine
+    assert code == 0 and "#SBATCH --ntasks-per-node=4" in text
+
+
+@pytest.mark.parametrize(
+    "args,local",
+    [
+        (["--out", "/tmp/results"], True),
+        (["--out", "/dev/shm/r"], True),
+        (["--out", "/var/tmp/r"], True),
+        (["--workdir", "/tmp/distbench", "--out", "results"], True),  # relative to node-local storage
+        (["--workdir", "/shared", "--out", "../tmp/results"], True),
+        (["--out", "/tmp/../shared/results"], False),
+        (["--out", "/tmpfs/results"], False),
+        (["--out", "/shared/results"], False),
+        (["--workdir", "/shared/distbench", "--out", "results"], False),
+    ],
+)
+def test_a_node_local_out_gets_a_one_line_warning(capsys, args, local):
+    text, err, code = _slurm_script(capsys, *args)
+    assert code == 0 and text.startswith("#!/bin/bash")  # the script is written all the same
+    if local:
+        assert err.count("\n") == 1 and err.startswith("warning: --out ") and "node-local" in err
+    else:
+        assert err == ""
+
+
+def test_a_relative_out_is_read_from_where_the_script_is_written(capsys, monkeypatch):
+    monkeypatch.chdir("/tmp")
+    _, err, _ = _slurm_script(capsys, "--out", "results")
+    assert err.startswith("warning: --out results is on node-local storage")
