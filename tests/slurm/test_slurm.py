@@ -157,7 +157,9 @@ def test_slurm_outside_an_allocation_is_one_line(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_more_nodes_than_the_allocation_is_one_line(slurm_env, tmp_path):
-    cmd = py("run.py compare --scheduler slurm --backends ddp --nodes 3 --nprocs 1 --out", tmp_path / "s")
+    # a global batch that 3 processes split: the allocation is the only thing that cannot run
+    args = "run.py compare --scheduler slurm --backends ddp --nodes 3 --nprocs 1 --batch-size 48 --out"
+    cmd = py(args, tmp_path / "s")
     proc = run_cmd(_salloc(*cmd), timeout=120, env=slurm_env, expect_rc=2)
     assert "error: --nodes 3: the allocation (job " in proc.stderr and "has 2 node(s): n1, n2" in proc.stderr
     assert "Traceback" not in proc.stderr and not (tmp_path / "s").exists()
@@ -165,7 +167,8 @@ def test_more_nodes_than_the_allocation_is_one_line(slurm_env, tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_partition_slurm_refuses_is_one_line(slurm_env, tmp_path):
-    cmd = py("run.py slurm-script --partition nope --submit --out", tmp_path / "s", "--script", tmp_path / "j.sh")
+    # an --out every node of a cluster would see (never written: sbatch refuses the job); tmp_path is node-local
+    cmd = py("run.py slurm-script --partition nope --submit --out /shared/results/s --script", tmp_path / "j.sh")
     proc = run_cmd(cmd, timeout=120, env=slurm_env, expect_rc=2)
     assert_one_line_error(proc, "sbatch refused the job", "invalid partition")
 
