@@ -262,26 +262,6 @@ def default_threads(local_world_size: int) -> int:
     return max(1, available_cpus() // max(1, local_world_size))
 
 
-def busy_machine(threads: int) -> str | None:
-    """A warning when the machine's load leaves fewer free cores than the `threads` a run computes with on it (all
-    its processes there): they then share cores with that load, and the run is slower than it would be idle, or than
-    with fewer threads. Free: the CPUs this process may use, less the 1-minute load average, counted on the whole
-    machine (a load on cores outside this process's mask takes none of them). None: not busy, or no load average."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on every platform
-        return None
-    usable = available_cpus()
-    free = min(usable, (os.cpu_count() or usable) - load)
-    if free >= threads:
-        return None
-    return (
-        f"warning: the machine is busy: its load average {load:.1f} leaves {max(free, 0.0):.1f} of the {usable} "
-        f"usable cores free, and this run computes with {threads} thread(s) there; it will run slower than on an "
-        "idle machine (fewer --threads may be faster)"
-    )
-
-
 def check_output_writable(path: Path, is_main: bool = True) -> None:
     """Create the record's folder and write a scratch file there now, so that a run cannot train to its
     end and then fail to keep its result. Only the main process writes the record, so only it checks."""

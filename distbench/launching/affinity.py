@@ -15,6 +15,8 @@ compute thread alone gave median samples/s ratios of 1.073 (ddp), 1.049 (acceler
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 
 def _thread_ids() -> list[int]:
@@ -52,3 +54,48 @@ def pin_threads(cores: list[int]) -> None:
 def current_cores() -> list[int]:
     """The cores this process may run on now."""
     return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
+def runnable_elsewhere(cores: set[int], proc: Path = Path("/proc")) -> int:
+    """Threads of other processes runnable now (state R) on one of `cores` (the CPU they run on, or last ran on):
+    how a CPU-bound neighbour shows. This process's own threads are not counted. Linux: 0 where /proc is not."""
+    if _running(proc) <= 1:  # /proc/loadavg's runnable count, machine-wide: this thread alone, no need to look
+        return 0
+    mine, n = str(os.getpid()), 0
+    for stat in proc.glob("[0-9]*/task/[0-9]*/stat"):
+        if stat.parts[-4] == mine:
+            continue
+        try:
+            text = stat.read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()  # after the command's name, which may hold spaces
+        # fields[0]: the state (stat's field 3); fields[36]: the CPU it is on, or was last (field 39)
+        n += fields[0] == "R" and int(fields[36]) in cores
+    return n
+
+
+def _running(proc: Path) -> int:
+    try:
+        return int((proc / "loadavg").read_text().split()[3].split("/")[0])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def competing_threads(cores: list[int], samples: int = 3, gap_s: float = 0.01) -> int:
+    """Other processes' threads computing on `cores` now: the fewest runnable in a few looks a few ms apart, so that
+    a thread that only wakes for a moment (a daemon, the kernel's) does not count and a computing one does. Unlike
+    the load average, it does not remember what ran in the last minute (a sweep's previous run)."""
+    fewest = runnable_elsewhere(set(cores))
+    for _ in range(samples - 1):
+        if fewest == 0:
+            break
+        time.sleep(gap_s)
+        fewest = min(fewest, runnable_elsewhere(set(cores)))
+    return fewest
+
+
+def shortfall(cores: list[int], threads: int) -> int:
+    """How many of this process's `threads` find no core of `cores` free of other processes' computing threads."""
+    free = max(0, len(cores) - competing_threads(cores))
+    return max(0, threads - free)

@@ -20,10 +20,10 @@ import torch
 
 from distbench.backends import get_spec
 from distbench.backends.base import Backend, ReduceOp
-from distbench.config import RunConfig, busy_machine, check_output_writable, default_threads, validate
+from distbench.config import RunConfig, check_output_writable, default_threads, validate
 from distbench.data import download
 from distbench.errors import UserError
-from distbench.launching import launch, topology
+from distbench.launching import affinity, launch, topology
 from distbench.launching.affinity import pin_process
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
@@ -315,6 +315,26 @@ def place(backend: Backend, threads: int, pin_cores: bool, node_cores: tuple[int
     return cores
 
 
+def busy_machine(backend: Backend, threads: int, pinned: list[int] | None) -> str | None:
+    """A warning when other processes compute on the cores this run computes on, leaving some rank's threads without
+    a core of their own: the run is then slower than on an idle machine, or than with fewer threads. Every rank
+    looks at its own cores now (affinity.shortfall), and the worst is taken (a collective, called by every rank). A
+    rank that shares its cores with the other ranks of its machine (not pinned) cannot tell their threads from a
+    neighbour's, and does not look; nor does a GPU run, whose computation is not on the cores."""
+    if backend.device.type != "cpu":
+        return None
+    alone = pinned is not None or backend.launch.local_world_size == 1
+    short = affinity.shortfall(pinned or affinity.current_cores(), threads) if alone else 0
+    worst = int(backend.all_reduce(torch.tensor([float(short)]), ReduceOp.MAX).item())
+    if worst == 0:
+        return None
+    return (
+        f"warning: the machine is busy: other processes compute on the cores of this run, and {worst} of the "
+        f"{threads} thread(s) of a process find no core free of them; it will run slower than on an idle machine "
+        "(fewer --threads may be faster)"
+    )
+
+
 def run(cfg: RunConfig) -> dict:
     """Check, set up the backend, train, write the record on the main process, tear down."""
     clock = StartupClock()
@@ -355,8 +375,7 @@ def run(cfg: RunConfig) -> dict:
     if resume is not None:
         trainer.restore(resume)
     # said as training starts, after every check that can refuse the run (their error is then its one line)
-    busy = busy_machine(threads * launch_env.local_world_size)
-    if busy:
+    if (busy := busy_machine(backend, threads, facts.cores)) is not None:
         reporter.info(busy)
     record = build_record(trainer, facts, *trainer.train())
     reporter.write_record(record, cfg.output)

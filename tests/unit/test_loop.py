@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from distbench.backends.base import Backend, ReduceOp
-from distbench.config import busy_machine
+from distbench.launching import affinity
 
 
 def _as_with_a_second_rank(self, t, op=ReduceOp.SUM):
@@ -27,8 +27,8 @@ def _as_with_a_second_rank(self, t, op=ReduceOp.SUM):
 
 @pytest.fixture(scope="module")
 def loaded_run(tmp_path_factory):
-    """run.py --max-steps 3 --log-every 2 in-process, its all-reduce that of two ranks, on a machine whose load
-    leaves no core free: (stderr, record)."""
+    """run.py --max-steps 3 --log-every 2 in-process, its all-reduce that of two ranks, on a machine where other
+    processes compute on every core: (stderr, record)."""
     from distbench.cli import main
 
     out = tmp_path_factory.mktemp("loop") / "r.json"
@@ -36,7 +36,7 @@ def loaded_run(tmp_path_factory):
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         mp.setattr(Backend, "all_reduce", _as_with_a_second_rank)
-        mp.setattr("os.getloadavg", lambda: (1000.0, 1000.0, 1000.0))
+        mp.setattr(affinity, "runnable_elsewhere", lambda cores: len(cores))  # a neighbour computes on every core
         code = main(["--max-steps", "3", "--log-every", "2", "--threads", "1", "--progress", "--output", str(out)])
     torch.set_num_threads(threads)
     assert code == 0, err.getvalue()
@@ -59,21 +59,69 @@ def test_a_busy_machine_is_one_warning_line_and_the_run_goes_on(loaded_run):
     assert record["steps"] == 3
 
 
-@pytest.mark.parametrize("load,threads,warns", [(0.0, 2, False), (0.5, 1, False), (1.5, 1, True), (0.5, 2, True)])
-def test_free_cores_are_the_usable_ones_less_the_load(monkeypatch, load, threads, warns):
-    """Two usable cores of two: free = 2 - load, against the run's threads."""
-    monkeypatch.setattr("os.getloadavg", lambda: (load, 0.0, 0.0))
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr("os.cpu_count", lambda: 2)
-    assert (busy_machine(threads) is not None) == warns
+def _stat(pid: int, tid: int, state: str, cpu: int, name: str = "python") -> str:
+    """A line of /proc/PID/task/TID/stat: the name in parentheses (it may hold spaces and parentheses), then the
+    fields from the state (field 3) on; field 39 is the CPU."""
+    after = [state, *["0"] * 35, str(cpu), *["0"] * 13]
+    return f"{tid} ({name}) " + " ".join(after) + "\n"
 
 
-def test_a_load_on_cores_outside_the_mask_takes_none_of_them(monkeypatch):
-    """Confined to 2 cores of 64 (taskset, a cpuset) with a load of 10 elsewhere: 2 cores free."""
-    monkeypatch.setattr("os.getloadavg", lambda: (10.0, 0.0, 0.0))
-    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
-    monkeypatch.setattr("os.cpu_count", lambda: 64)
-    assert busy_machine(2) is None and busy_machine(3) is not None
+def _fake_proc(root, tasks, running):
+    root.mkdir(exist_ok=True)
+    (root / "loadavg").write_text(f"1.00 0.50 0.25 {running}/300 4242\n")
+    for pid, tid, state, cpu, name in tasks:
+        (root / str(pid) / "task" / str(tid)).mkdir(parents=True)
+        (root / str(pid) / "task" / str(tid) / "stat").write_text(_stat(pid, tid, state, cpu, name))
+    return root
+
+
+def test_what_runs_elsewhere_is_read_from_proc(tmp_path):
+    """Runnable threads of other processes on the cores asked about count; this process's own, a sleeping thread and
+    one on another core do not; a name with spaces and parentheses does not shift the fields."""
+    import os
+
+    me = os.getpid()
+    tasks = [
+        (me, me, "R", 0, "python"),  # this process: never counted
+        (me + 1, me + 1, "R", 0, "burn (1) x"),  # a neighbour computing on core 0
+        (me + 1, me + 2, "R", 1, "burn (1) x"),  # its second thread, on core 1
+        (me + 3, me + 3, "S", 0, "sleepy"),  # sleeping on core 0
+    ]
+    root = _fake_proc(tmp_path, tasks, running=4)
+    assert affinity.runnable_elsewhere({0}, root) == 1
+    assert affinity.runnable_elsewhere({0, 1}, root) == 2
+    assert affinity.runnable_elsewhere({2}, root) == 0
+    # the machine-wide count says this thread alone is runnable: nothing is read
+    assert affinity.runnable_elsewhere({0, 1}, _fake_proc(tmp_path / "quiet", tasks, running=1)) == 0
+
+
+def test_a_thread_that_wakes_for_a_moment_does_not_count(monkeypatch):
+    """The fewest runnable in a few looks: a daemon seen once is not a neighbour; one seen every time is."""
+    looks = iter([2, 0, 3])
+    monkeypatch.setattr(affinity, "runnable_elsewhere", lambda cores: next(looks))
+    assert affinity.competing_threads([0, 1], gap_s=0) == 0
+    monkeypatch.setattr(affinity, "runnable_elsewhere", lambda cores: 1)
+    assert affinity.competing_threads([0, 1], gap_s=0) == 1
+    assert affinity.shortfall([0, 1], 1) == 0 and affinity.shortfall([0, 1], 2) == 1
+    assert affinity.shortfall([0], 1) == 1
+
+
+def test_a_process_computing_on_a_core_is_seen_there():
+    """A real neighbour: a process spinning on core 0 is a competing thread there, now (not a minute later)."""
+    import os
+    import subprocess
+    import sys
+
+    spin = "import os; os.sched_setaffinity(0, {0}); print('spinning', flush=True)\nwhile True: pass"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "spinning"
+        assert affinity.competing_threads([0]) >= 1
+        assert affinity.shortfall([0], 1) == 1
+    finally:
+        child.kill()
+        child.wait()
+    assert os.getpid() != child.pid
 
 
 def test_only_the_main_process_says_it():
