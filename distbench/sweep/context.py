@@ -120,9 +120,12 @@ def dataset_lines(records: list[dict]) -> list[str]:
 
 
 def load_busy(load: dict) -> bool:
-    """Whether the machine's load exceeded what the run itself explains: the load average not the run's own (the
-    average less the cores the run used) above the cores the run left free (the machine's less the run's), i.e. a
-    1-minute load average above max(cores, cores used), before or after the run (docs/statistics.md)."""
+    """Whether other work competed with the run for its cores: as it started, some process's threads found no core
+    of theirs free of other processes' computing threads (`short_threads`, seen then, on the run's own cores). A
+    record from before that was kept: its 1-minute load average above max(cores, cores used), before or after the
+    run (docs/statistics.md)."""
+    if load.get("short_threads") is not None:
+        return load["short_threads"] > 0
     peak = max(load["avg_1m_before"], load["avg_1m_after"])
     return peak > max(load["cores"], load["cores_used"])
 
@@ -132,7 +135,7 @@ def load_lines(records: list[dict], label: Callable[[dict], str], docs: str = "d
     busier than the run itself explains (load_busy)."""
     measured = [r for r in _ok(records) if r.get("load")]
     if not measured:
-        return ["- Load: not recorded (records from before distbench kept the load average)."] if records else []
+        return ["- Load: not recorded (no completed run, or records from before distbench kept it)."] if records else []
     loads = [r["load"] for r in measured]
     span = lambda key: spread([x[key] for x in loads], ".1f")  # noqa: E731
     cores = ", ".join(str(c) for c in sorted({x["cores"] for x in loads}))
@@ -145,8 +148,8 @@ def load_lines(records: list[dict], label: Callable[[dict], str], docs: str = "d
     if busy:
         named = "; ".join(f"{label(r)} round {r.get('round', 1)} ({_load_text(r['load'])})" for r in busy)
         lines.append(
-            f"- **Warning**: in {len(busy)} of {len(measured)} runs the load exceeded the free cores (other work held "
-            f"more than the cores the run left free, so it competed with the run): {named}. Their speeds are a "
+            f"- **Warning**: in {len(busy)} of {len(measured)} runs other work competed with the run for its cores "
+            f"(other processes computing on them as it started): {named}. Their speeds are a "
             f"shared machine's ([docs/{LOAD_DOC.split('#')[0]}]({docs}/{LOAD_DOC}))."
         )
     return lines
@@ -154,7 +157,9 @@ def load_lines(records: list[dict], label: Callable[[dict], str], docs: str = "d
 
 def _load_text(load: dict) -> str:
     peak = max(load["avg_1m_before"], load["avg_1m_after"])
-    return f"load {peak:.1f} on {load['cores']} cores, {load['cores_used']} used"
+    short = load.get("short_threads")
+    said = f"{short} thread(s) of a process without a free core as it started; " if short else ""
+    return f"{said}load {peak:.1f} on {load['cores']} cores, {load['cores_used']} used"
 
 
 def dropout_on(rec: dict) -> bool | None:

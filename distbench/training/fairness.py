@@ -44,6 +44,17 @@ def rounding_bound(steps: int) -> float:
     return steps * SIXTEEN_BIT_ROUNDING
 
 
+def not_finite(rec: dict, whose: str) -> str | None:
+    """Where a run's numbers stopped being numbers (a record keeps NaN and infinities as null): the first step whose
+    loss is not finite, or the parameters after training; None when every one is finite."""
+    step = next((i for i, loss in enumerate(rec["loss_history"], 1) if loss is None), None)
+    if step is not None:
+        return f"{whose} loss is not finite from step {step} on (NaN or infinite: a learning rate too high?)"
+    if rec.get("param_checksum") is None:
+        return f"{whose} parameters are not finite after training"
+    return None
+
+
 def drift(rec: dict, reference: dict) -> dict[str, float]:
     """How far, relatively, a run ended from a reference run of as many steps: in its evaluation loss and in the mean
     of its loss over the steps (what rounding_bound bounds for a run in 16 bits against fp32)."""
@@ -123,7 +134,9 @@ def examine(backend: str, rec: dict, reference: dict | None) -> Finding:
             "over every sample of its batch, each once"
         )
     diff = rel = None
-    if reference is not None:
+    if reference is not None and (broken := not_finite(rec, "its") or not_finite(reference, "single x1's")):
+        problems.append(broken)
+    elif reference is not None:
         losses, ref = rec["loss_history"], reference["loss_history"]
         diff = max((abs(a - b) for a, b in zip(losses[:EARLY_STEPS], ref, strict=False)), default=0.0)
         late = max((abs(a - b) for a, b in zip(losses, ref, strict=False)), default=0.0)

@@ -265,7 +265,8 @@ class Trainer:
             self.step += 1
             timer.end_step()
             if self.shows(self.step):
-                self.reporter.update(self.step, backend.all_reduce(loss, ReduceOp.AVG))  # as the record keeps it
+                with timer.excluded():  # the bar's own exchange: not the training's (a sweep's runs show no bar)
+                    self.reporter.update(self.step, backend.all_reduce(loss, ReduceOp.AVG))  # as the record keeps it
             if self.checkpointer.due(self.step):
                 self.checkpointer.save(self.step, self.loss_history())
             _inject_fault(backend.launch, self.step)
@@ -302,34 +303,41 @@ class Trainer:
         return timer, evals
 
 
-def place(backend: Backend, threads: int, pin_cores: bool, node_cores: tuple[int, ...] | None) -> list[int] | None:
+def place(
+    backend: Backend, threads: int, pin_cores: bool, node_cores: tuple[int, ...] | None
+) -> tuple[list[int] | None, bool]:
     """The cores this process computes on, set after the backend's setup so that the communication threads the
     library started there are placed too: a simulated node's share, and within it (several processes per node,
-    CPU) this process's own block. None: not pinned."""
-    cores = None
+    CPU) this process's own block. None: not pinned. And whether the process has its cores to itself (alone on its
+    machine or node, or pinned to a block of its own), not shared with the other ranks of its machine."""
+    cores, alone = None, backend.launch.local_world_size == 1
     if node_cores is not None:
         topology.confine(backend.launch)  # again: onto the node's cores, the library's threads with the rest
         cores = list(node_cores)
     if pin_cores and backend.device.type == "cpu":
-        cores = pin_process(backend.local_rank, backend.launch.local_world_size, threads) or cores
-    return cores
+        block = pin_process(backend.local_rank, backend.launch.local_world_size, threads)
+        if block is not None:
+            cores, alone = block, True
+    return cores, alone
 
 
-def busy_machine(backend: Backend, threads: int, pinned: list[int] | None) -> str | None:
-    """A warning when other processes compute on the cores this run computes on, leaving some rank's threads without
-    a core of their own: the run is then slower than on an idle machine, or than with fewer threads. Every rank
-    looks at its own cores now (affinity.shortfall), and the worst is taken (a collective, called by every rank). A
-    rank that shares its cores with the other ranks of its machine (not pinned) cannot tell their threads from a
-    neighbour's, and does not look; nor does a GPU run, whose computation is not on the cores."""
+def busy_machine(backend: Backend, threads: int, cores: list[int] | None, alone: bool) -> int | None:
+    """As training starts, the most threads of one process that find no core of theirs free of other processes'
+    computing threads (affinity.shortfall): more than 0, and the run is slower than on an idle machine, or than with
+    fewer threads. The worst rank's (a collective, called by every rank). A rank that shares its cores with the
+    other ranks of its machine cannot tell their threads from a neighbour's, and counts 0; None: a GPU run, whose
+    computation is not on the cores."""
     if backend.device.type != "cpu":
         return None
-    alone = pinned is not None or backend.launch.local_world_size == 1
-    short = affinity.shortfall(pinned or affinity.current_cores(), threads) if alone else 0
-    worst = int(backend.all_reduce(torch.tensor([float(short)]), ReduceOp.MAX).item())
-    if worst == 0:
+    short = affinity.shortfall(cores or affinity.current_cores(), threads) if alone else 0
+    return int(backend.all_reduce(torch.tensor([float(short)]), ReduceOp.MAX).item())
+
+
+def busy_warning(short: int | None, threads: int) -> str | None:
+    if not short:
         return None
     return (
-        f"warning: the machine is busy: other processes compute on the cores of this run, and {worst} of the "
+        f"warning: the machine is busy: other processes compute on the cores of this run, and {short} of the "
         f"{threads} thread(s) of a process find no core free of them; it will run slower than on an idle machine "
         "(fewer --threads may be faster)"
     )
@@ -367,7 +375,7 @@ def run(cfg: RunConfig) -> dict:
     backend.setup()
     clock.mark("process_group")
     torch.set_num_threads(threads)  # again: some libraries (Accelerate on CPU) reset it during setup
-    facts.cores = place(backend, threads, cfg.pin_cores, node_cores)
+    facts.cores, alone = place(backend, threads, cfg.pin_cores, node_cores)
     # No teardown when training fails: destroying a process group whose peer died can block, and a
     # blocked worker keeps torchrun from restarting the group. Process exit releases everything.
     reporter = Reporter(backend.is_main, cfg.progress)
@@ -375,7 +383,8 @@ def run(cfg: RunConfig) -> dict:
     if resume is not None:
         trainer.restore(resume)
     # said as training starts, after every check that can refuse the run (their error is then its one line)
-    if (busy := busy_machine(backend, threads, facts.cores)) is not None:
+    facts.short_threads = busy_machine(backend, threads, facts.cores, alone)
+    if (busy := busy_warning(facts.short_threads, threads)) is not None:
         reporter.info(busy)
     record = build_record(trainer, facts, *trainer.train())
     reporter.write_record(record, cfg.output)

@@ -37,6 +37,9 @@ class Facts:
     cores: list[int] | None = None  # the cores this process is pinned to; None: not pinned
     # the machine's 1-minute load average when these facts are gathered: after the imports, before training
     load_before: float = field(default_factory=lambda: os.getloadavg()[0])
+    # as training starts, the most threads of one process that found no core free of other processes' computing
+    # threads (training/loop.py busy_machine); None: not looked at (GPU, or ranks sharing their cores)
+    short_threads: int | None = None
 
 
 def _version(pkg: str) -> str | None:
@@ -92,6 +95,7 @@ def machine_load(facts: Facts, topo: dict, world_size: int, threads: int) -> dic
         "avg_1m_after": round(os.getloadavg()[0], 2),
         "cores": os.cpu_count(),
         "cores_used": here * threads,
+        "short_threads": facts.short_threads,
     }
 
 

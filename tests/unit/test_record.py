@@ -26,7 +26,10 @@ def test_the_load_is_read_before_training_and_at_the_end_beside_the_cores_the_ru
     monkeypatch.setattr(os, "getloadavg", lambda: (2.5, 9.0, 9.0))
     topo = {"simulated": True, "nodes": 2, "local_world_size": 1}  # simulated nodes: every rank on this machine
     load = record.machine_load(facts, topo, world_size=2, threads=3)
-    assert load == {"avg_1m_before": 1.25, "avg_1m_after": 2.5, "cores": os.cpu_count(), "cores_used": 6}
+    said = {"avg_1m_before": 1.25, "avg_1m_after": 2.5, "cores": os.cpu_count(), "cores_used": 6, "short_threads": None}
+    assert load == said  # short_threads: the loop's look at the run's cores as training starts (none here)
+    facts.short_threads = 2
+    assert record.machine_load(facts, topo, world_size=2, threads=3)["short_threads"] == 2
     real = {"simulated": False, "nodes": 2, "local_world_size": 4}  # real nodes: this node's ranks only
     assert record.machine_load(facts, real, world_size=8, threads=1)["cores_used"] == 4
 

