@@ -132,7 +132,8 @@ def run_rows(records: list[dict], configs: list[Config]) -> list[dict]:
             row["step_p50_ms"], row["step_p90_ms"] = r["step_time_ms"]["p50"], r["step_time_ms"]["p90"]
             ref = reference_for(by_config[SweepConfig.from_record(r)], configs)
             ref_sps = ref.by_round().get(r["round"]) if ref else None
-            row["speedup"] = r["samples_per_sec"] / ref_sps if ref_sps else None
+            sps = r["samples_per_sec"]  # null: no step timed
+            row["speedup"] = sps / ref_sps if ref_sps and sps is not None else None
         out.append(row)
     return out
 
@@ -184,7 +185,11 @@ def baseline_verdicts(old: list[Config], new: list[Config]) -> list[str]:
         if before is None or not c.ok:
             lines.append(f"{c.task} {c.label}: not in both sweeps (or failed in one)")
             continue
-        ratio = stats.ratio_of_medians([r["samples_per_sec"] for r in c.ok], [r["samples_per_sec"] for r in before.ok])
+        speeds = [[r["samples_per_sec"] for r in side.ok if r["samples_per_sec"] is not None] for side in (c, before)]
+        if not all(speeds):
+            lines.append(f"{c.task} {c.label}: no timed step in one of the sweeps")
+            continue
+        ratio = stats.ratio_of_medians(*speeds)
         lines.append(f"{c.task}: " + stats.verdict(f"{c.label} (new)", f"{c.label} (baseline)", ratio))
     return lines
 

@@ -69,8 +69,10 @@ def run_planned(
     args = [*sweep.base_args, *config.run_args(), "--output", str(out_json), "--force"]
     label = f"{progress} {config.name()}"
     print(f"{label}: running", file=sys.stderr, flush=True)
-    record = executor.run(config, args, out_json, sweep.out / "runs" / f"{name}.log", sweep.timeout_s)
+    log = sweep.out / "runs" / f"{name}.log"
+    record = executor.run(config, args, out_json, log, sweep.timeout_s)
     record.update(config.to_record(), baseline=planned.baseline, round=round_no, order=position)
+    record["log"] = str(log.relative_to(sweep.out))  # the run's whole output, beside results.jsonl
     append_line(sweep.out / RESULTS, to_json(record, sort_keys=True))
     if record["status"] == "ok":
         said = f"{_said(record['samples_per_sec'], '.1f')} samples/s, accuracy {_said(record['eval_accuracy'], '.4f')}"

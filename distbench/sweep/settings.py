@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from distbench.config import AXIS, FIELDS, SET
 from distbench.sweep.configuration import AXES
 from distbench.sweep.context import collective, device_kind
 
@@ -44,9 +45,11 @@ NAMED: dict[str, Callable[[dict], object]] = {
         for key in ("device_name", "cpu_count", "platform", "python", "torch", "accelerate", "horovod", "transformers")
     },
 }
-# options of the record's config already said above, or that differ between runs by nature (where each writes)
-_NOT_SETTINGS = {"task", "backend", "threads", "accumulate", "grad_compression", "batch_size", "max_steps", "epochs"}
-_NOT_SETTINGS |= {"output", "force", "progress", "log_every", "data_dir", "precision", "checkpoint_dir"}
+# options of the record's config that are no setting of their own: the axes and what the sweep sets for each run
+# (as config.py declares them), those said above, and those that say only how a run shows or keeps its work
+_NOT_SETTINGS = {name for name, f in FIELDS.items() if f.metadata["sweep"] in (AXIS, SET)}
+_NOT_SETTINGS |= {"task", "batch_size", "max_steps", "epochs", "precision"}
+_NOT_SETTINGS |= {"progress", "log_every", "data_dir", "checkpoint_dir"}
 
 
 @dataclass(frozen=True)

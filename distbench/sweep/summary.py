@@ -133,7 +133,13 @@ def failure_section(records: list[dict], label: Callable[[dict], str]) -> list[s
     failed = [r for r in records if r["status"] != "ok"]
     if not failed:
         return []
-    lines = ["## Failures", "", f"{len(failed)} of {len(records)} runs failed; each cause as the run left it:", ""]
+    lines = [
+        "## Failures",
+        "",
+        f"{len(failed)} of {len(records)} runs failed; each one's cause, last, after the last lines of its log (the "
+        "whole log: the file named, beside results.jsonl):",
+        "",
+    ]
     for r in failed:
         code = f", exit code {r['returncode']}" if r.get("returncode") is not None else ""
         cause = (r.get("error") or "(no cause recorded)").rstrip()
@@ -141,5 +147,7 @@ def failure_section(records: list[dict], label: Callable[[dict], str]) -> list[s
         lines += [f"### {r['task']} {label(r)}, round {r.get('round', 1)}{code}", ""]
         if r.get("command"):
             lines += [f"Command: `{r['command']}`", ""]
+        if r.get("log"):
+            lines += [f"Log: `{r['log']}`", ""]
         lines += [fence, cause, fence, ""]
     return lines

@@ -115,3 +115,16 @@ def test_any_failure_of_a_task_data_path_is_one_line():
 
     with pytest.raises(UserError, match="the broken data could not be loaded: ReadError: file could not be opened"):
         load_datasets(Broken())
+
+
+def test_a_run_whose_loss_stopped_being_a_number_is_a_finding_not_a_crash():
+    """A record keeps NaN as null: check-task names the first step that was not finite (a learning rate too high)
+    instead of subtracting None."""
+    good = {"dataset": {"n_test": 4}, "eval_count": 4, "loss_history": [2.3, 2.0, 1.8], "param_checksum": 1.5}
+    diverged = {**good, "loss_history": [2.3, 40.0, None], "param_checksum": None}
+    finding = fairness.examine("ddp x2", diverged, good)
+    assert finding.problems == ["its loss is not finite from step 3 on (NaN or infinite: a learning rate too high?)"]
+    assert fairness.examine("ddp x2", good, {**good, "param_checksum": None}).problems == [
+        "single x1's parameters are not finite after training"
+    ]
+    assert fairness.examine("ddp x2", good, good).problems == []
