@@ -104,13 +104,15 @@ class Place:
     def lines(self) -> list[str]:
         """cd into the job's directory, check the environment is there, put its bin/ first on PATH (the launchers:
         torchrun, accelerate, horovodrun)."""
-        cd = shlex.quote(str(self.workdir)) if self.workdir is not None else '"$SLURM_SUBMIT_DIR"'
         venv = shlex.quote(str(self.venv))
         venv = venv if self.venv.is_absolute() else f'"$PWD"/{venv}'
-        where = "--workdir" if self.workdir is not None else "the directory sbatch was called in"
+        # with --workdir, #SBATCH --chdir starts the job there (a relative one read from where sbatch is called): a
+        # cd of its own would look for it again inside it
+        where, cd = ("--workdir, #SBATCH --chdir", []) if self.workdir is not None else ("", ['cd "$SLURM_SUBMIT_DIR"'])
+        where = where or "the directory sbatch was called in"
         return [
             f"# a checkout of distbench on a filesystem every node sees ({where}); the records are written there too",
-            f"cd {cd}",
+            *cd,
             f'[ -x {venv}/bin/python ] || {{ echo "error: no Python environment at" {venv} "(--venv)" >&2; exit 2; }}',
             f"export PATH={venv}/bin:$PATH",
         ]

@@ -95,10 +95,13 @@ def test_the_script_runs_from_the_submit_directory_and_names_no_path_of_the_mach
     assert lines[-1] == "python run.py compare --scheduler slurm --nodes 2 --nprocs 1 --out results/mnist --repeats 5"
 
 
-def test_the_script_runs_in_the_workdir_with_the_venv_given(capsys, tmp_path):
-    text, _, code = _slurm_script(capsys, "--workdir", "/shared/distbench", "--venv", "/shared/env", "--out", "r/x")
+@pytest.mark.parametrize("workdir", ["/shared/distbench", "distbench"])
+def test_the_script_runs_in_the_workdir_with_the_venv_given(capsys, tmp_path, workdir):
+    """#SBATCH --chdir starts the job in --workdir (a relative one: from where sbatch is called), and nothing moves
+    it again (a cd into a relative workdir from inside it would fail)."""
+    text, _, code = _slurm_script(capsys, "--workdir", workdir, "--venv", "/shared/env", "--out", "r/x")
     lines = text.splitlines()
-    assert code == 0 and "#SBATCH --chdir=/shared/distbench" in lines and "cd /shared/distbench" in lines
+    assert code == 0 and f"#SBATCH --chdir={workdir}" in lines and not any(x.startswith("cd ") for x in lines)
     assert "export PATH=/shared/env/bin:$PATH" in lines
     assert "[ -x /shared/env/bin/python ]" in text  # a missing environment is one line in the job's log
 
