@@ -110,7 +110,17 @@ def cases(tmp: Path) -> list[Case]:
         Case(
             "--grad-compression bf16 under horovod", ["--backend", "horovod", "--grad-compression", "bf16"], horovod_1
         ),
+        Case("an unknown command", ["comapre", "--backends", "ddp"]),
         Case("compare: unknown backend", ["compare", "--backends", "ddp,mpi", "--out", str(c)]),
+        Case(
+            "compare: a configuration that cannot run (batch 64 over 3 processes), before any launch",
+            ["compare", "--backends", "ddp", "--nprocs", "3", "--out", str(c)],
+        ),
+        Case(
+            "compare: a per-node link with one node",
+            ["compare", "--backends", "ddp", "--link-mode", "per-node", "--link-rate", "1gbit", "--out", str(c)],
+        ),
+        Case("compare: --extra setting what the sweep sets", ["compare", "--extra", "--backend ddp", "--out", str(c)]),
         Case("compare: no rounds", ["compare", "--repeats", "0", "--out", str(c)]),
         Case("compare: a link rate tc cannot read", ["compare", "--link-rate", "100mb", "--out", str(c)]),
         Case("compare: more simulated nodes than cores", ["compare", "--nodes", "8", "--nprocs", "1", "--out", str(c)]),
@@ -120,6 +130,14 @@ def cases(tmp: Path) -> list[Case]:
             ["simulate", "--backend", "horovod", "--nodes", "3"],
         ),
         Case("slurm-script: a time limit out of Slurm's forms", ["slurm-script", "--time", "25:99:99", "--out", "r"]),
+        Case(
+            "slurm-script: --nprocs beside another --gpus-per-node",
+            ["slurm-script", "--nprocs", "2", "--gpus-per-node", "4", "--out", "r"],
+        ),
+        Case(
+            "project: a folder that no compare wrote",
+            ["project", str(tmp / "empty"), "--link-rate", "1gbit", "--output", str(tmp / "p.json")],
+        ),
     ]
 
 

@@ -150,3 +150,15 @@ def py(args: str, *more) -> list[str]:
 def run_in(tmp_path: Path, cmd: list[str], timeout: float, expect_rc: int | None = 0):
     """run_cmd with the test's own child environment (its data cache in tmp_path)."""
     return run_cmd(cmd, timeout=timeout, env=child_env(tmp_path), expect_rc=expect_rc)
+
+
+def run_here(args, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python run.py ARGS` in this process, as benchmarks/bad_inputs.py runs its cases: the launch environment read
+    afresh, the process's state (threads, signal handlers, working directory) put back after. For input refused
+    before anything starts: milliseconds instead of a fresh interpreter's seconds. What only a fresh process shows
+    (a library's import-time output on stderr) is what the tests that run run.py as a process keep checking."""
+    from benchmarks.bad_inputs import command, this_process_kept
+
+    with this_process_kept():
+        code, err = command([str(a) for a in args], {"DISTBENCH_CACHE": str(tmp_path / "cache"), **env})
+    return subprocess.CompletedProcess(["run.py", *map(str, args)], code, "", err)

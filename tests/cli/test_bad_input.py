@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tests.helpers import assert_one_line_error, child_env, run_cmd, run_in, run_py
+from tests.helpers import assert_one_line_error, child_env, run_cmd, run_here, run_in, run_py
 from tests.mr_data import write_mini_corpus
 
 # the options of the reliability runs whose checkpoints these tests spoil (tests/multiproc/test_reliability.py)
@@ -32,7 +32,7 @@ RELIABLE = ["--no-progress", "--threads", "1", "--timeout-s", "60"]
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
-    assert_one_line_error(run_py(args, tmp_path), fragment)
+    assert_one_line_error(run_here(args, tmp_path), fragment)
 
 
 def test_batch_not_divisible_by_world_size(tmp_path):
@@ -56,7 +56,7 @@ def test_batch_not_divisible_by_world_size(tmp_path):
     ],
 )
 def test_wrong_launcher_is_refused(tmp_path, backend, env, fragment):
-    assert_one_line_error(run_py(["--backend", backend], tmp_path, **env), fragment)
+    assert_one_line_error(run_here(["--backend", backend], tmp_path, **env), fragment)
 
 
 def test_corrupt_data_dir(tmp_path):
@@ -96,12 +96,7 @@ def test_unwritable_output_is_refused_before_training(tmp_path):
     ids=["zero", "indivisible", "single-compression", "unknown"],
 )
 def test_bad_knobs_are_one_line(tmp_path, args, fragment):
-    proc = run_in(
-        tmp_path,
-        [sys.executable, "run.py", "--max-steps", "2", "--no-progress", "--output", str(tmp_path / "r.json"), *args],
-        timeout=120,
-        expect_rc=None,
-    )
+    proc = run_here(["--max-steps", "2", "--no-progress", "--output", tmp_path / "r.json", *args], tmp_path)
     assert_one_line_error(proc, fragment)
     assert not (tmp_path / "r.json").exists()
 
@@ -140,14 +135,12 @@ def test_bad_knobs_are_one_line(tmp_path, args, fragment):
 )
 def test_bad_topology_options_are_one_line(tmp_path, args, message):
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    proc = run_in(tmp_path, [sys.executable, "run.py", *args], timeout=60, expect_rc=2)
+    proc = run_here(args, tmp_path)
     assert proc.stderr.strip().splitlines() == [f"error: {proc.stderr.split('error: ', 1)[1].strip()}"]
     assert message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "s").exists()  # nothing started, nothing written
 
 
-@pytest.mark.multiproc
-@pytest.mark.timeout(600)
 @pytest.mark.parametrize(
     "args,fragment",
     [
@@ -161,11 +154,8 @@ def test_bad_topology_options_are_one_line(tmp_path, args, message):
     ids=["repeats", "nprocs", "accumulate", "compression", "backend", "threads"],
 )
 def test_bad_sweep_options_are_one_line_and_run_nothing(tmp_path, args, fragment):
-    from tests.helpers import assert_one_line_error
-
     out = tmp_path / "cmp"
-    proc = run_in(tmp_path, [sys.executable, "run.py", "compare", "--out", str(out), *args], timeout=60, expect_rc=None)
-    assert_one_line_error(proc, fragment)
+    assert_one_line_error(run_here(["compare", "--out", out, *args], tmp_path), fragment)
     assert not (out / "results.jsonl").exists()
 
 
@@ -200,12 +190,7 @@ def test_a_sweep_that_cannot_run_is_refused_before_any_launch(tmp_path, args, fr
     """Every configuration is checked with the options its run will get before the first launch: what cannot run is
     one line naming it, exit 2, and nothing is written (no output folder, no sweep.json)."""
     out = tmp_path / "cmp"
-    proc = run_in(
-        tmp_path,
-        [sys.executable, "run.py", "compare", "--max-steps", "5", "--out", str(out), *args],
-        timeout=60,
-        expect_rc=None,
-    )
+    proc = run_here(["compare", "--max-steps", "5", "--out", out, *args], tmp_path)
     assert_one_line_error(proc, *fragments)
     assert "running" not in proc.stderr and not out.exists()
 
