@@ -99,3 +99,11 @@ def shortfall(cores: list[int], threads: int) -> int:
     """How many of this process's `threads` find no core of `cores` free of other processes' computing threads."""
     free = max(0, len(cores) - competing_threads(cores))
     return max(0, threads - free)
+
+
+def load_average() -> float | None:
+    """This machine's 1-minute load average, as a record keeps it (None where the platform keeps none)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from distbench.config import available_cpus
+from distbench.launching.affinity import load_average
 from distbench.sweep import stats
 from distbench.sweep.configuration import SweepConfig
 from distbench.training.reporter import append_line, to_json, write_json
@@ -187,14 +188,6 @@ class Bench:
 
 
 MEASURES = ("time_s", "cpu_s", "loaded_time_s", "loaded_cpu_s")  # per repeat; the loaded two on CPU ranks only
-
-
-def load_average() -> float | None:
-    """This machine's 1-minute load average (None where the platform keeps none)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
 
 
 def records(result: dict, config: SweepConfig, rnd: int, load: dict | None = None) -> list[dict]:

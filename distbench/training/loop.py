@@ -24,7 +24,6 @@ from distbench.config import RunConfig, check_output_writable, default_threads, 
 from distbench.data import download
 from distbench.errors import UserError
 from distbench.launching import affinity, launch, topology
-from distbench.launching.affinity import pin_process
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
 from distbench.training import checkpoint, fairness, memory, rng
@@ -315,7 +314,7 @@ def place(
         topology.confine(backend.launch)  # again: onto the node's cores, the library's threads with the rest
         cores = list(node_cores)
     if pin_cores and backend.device.type == "cpu":
-        block = pin_process(backend.local_rank, backend.launch.local_world_size, threads)
+        block = affinity.pin_process(backend.local_rank, backend.launch.local_world_size, threads)
         if block is not None:
             cores, alone = block, True
     return cores, alone

@@ -20,7 +20,7 @@ import distbench
 from distbench.backends.base import Backend, ReduceOp
 from distbench.config import available_cpus
 from distbench.launching import link, topology
-from distbench.launching.affinity import current_cores
+from distbench.launching.affinity import current_cores, load_average
 from distbench.training.timer import StartupClock
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ class Facts:
     started_at: str
     cores: list[int] | None = None  # the cores this process is pinned to; None: not pinned
     # the machine's 1-minute load average when these facts are gathered: after the imports, before training
-    load_before: float = field(default_factory=lambda: os.getloadavg()[0])
+    load_before: float | None = field(default_factory=load_average)
     # as training starts, the most threads of one process that found no core free of other processes' computing
     # threads (training/loop.py busy_machine); None: not looked at (GPU, or ranks sharing their cores)
     short_threads: int | None = None
@@ -91,8 +91,8 @@ def machine_load(facts: Facts, topo: dict, world_size: int, threads: int) -> dic
     definition: docs/statistics.md, "The machine's load"."""
     here = world_size if topo["simulated"] or topo["nodes"] == 1 else topo["local_world_size"]
     return {
-        "avg_1m_before": round(facts.load_before, 2),
-        "avg_1m_after": round(os.getloadavg()[0], 2),
+        "avg_1m_before": facts.load_before,
+        "avg_1m_after": load_average(),
         "cores": os.cpu_count(),
         "cores_used": here * threads,
         "short_threads": facts.short_threads,
