@@ -12,7 +12,7 @@ import typer
 
 from distbench.backends import ALL_REDUCING
 from distbench.cli.declared import new_app
-from distbench.cli.sweep import _executor, exit_if_failed
+from distbench.cli.sweep import exit_if_failed
 from distbench.errors import UserError
 from distbench.launching import link
 
@@ -55,7 +55,9 @@ def commbench(
     if (out / cb.RECORDS).exists():
         raise UserError(f"{out} already holds a commbench ({cb.RECORDS}); choose another --out")
     link.check_mode(link_mode)
-    executor = _executor(scheduler, "usual")  # cb.run creates the folder once the executor has checked the plan
+    from distbench.sweep.executor import executor_for
+
+    executor = executor_for(scheduler)  # cb.run creates the folder once the executor has checked the plan
     bench = cb.Bench(
         names, message_sizes, nodes, nprocs, link_rate, link_mode, repeats, rounds, run_timeout_s, compressions
     )

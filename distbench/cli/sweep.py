@@ -71,6 +71,7 @@ def compare_params() -> list:
 
 def compare(values: dict) -> None:
     from distbench.sweep.check import check_sweep
+    from distbench.sweep.executor import executor_for
     from distbench.sweep.plan import axis_values, plan_runs, round_orders
     from distbench.sweep.runner import RESULTS, Sweep, run_sweep
 
@@ -80,7 +81,7 @@ def compare(values: dict) -> None:
     run_values = {name: values[name] for name in FORWARDED}
     given = {**run_values, **_extra_values(extra)}  # what every run gets: --extra comes last, and wins
     _check(out / RESULTS, threads, repeats, given)
-    executor = _executor(values.pop("scheduler"), values.pop("slurm_launch"))
+    executor = executor_for(values.pop("scheduler"), values.pop("slurm_launch"))
     task = given["task"] or DEFAULTS["task"]
     planned = plan_runs(_task_name(task), axes, threads, executor.cpus_per_node)
     # every configuration before the first launch; last: a shaped link re-runs this command in a private namespace
@@ -129,22 +130,6 @@ def _extra_values(extra: str) -> dict:
         if FIELDS[name].metadata["sweep"] == SET:
             raise UserError(f"--extra {flag(name)}: the sweep sets it for each run")
     return given
-
-
-SCHEDULERS = ("local", "slurm")
-
-
-def _executor(scheduler: str, slurm_launch: str):
-    """The executor of `--scheduler`: one line for an unknown one, or for Slurm outside an allocation."""
-    if scheduler not in SCHEDULERS:
-        raise UserError(f"--scheduler {scheduler!r}: one of {', '.join(SCHEDULERS)}")
-    if scheduler == "slurm":
-        from distbench.sweep.slurm import SlurmExecutor
-
-        return SlurmExecutor(slurm_launch)
-    from distbench.sweep.executor import LocalExecutor
-
-    return LocalExecutor()
 
 
 def _check(results: Path, threads: int | None, repeats: int, run_values: dict) -> None:

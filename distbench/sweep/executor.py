@@ -35,6 +35,19 @@ from distbench.launching.launch import HOROVODRUN, local_argv, resolve
 from distbench.launching.netns import NodeNetwork
 from distbench.sweep.configuration import SweepConfig
 
+SCHEDULERS = ("local", "slurm")
+
+
+def executor_for(scheduler: str, slurm_launch: str = "usual") -> Executor:
+    """The executor of `--scheduler`: one line for an unknown one, or for Slurm outside an allocation."""
+    if scheduler not in SCHEDULERS:
+        raise UserError(f"--scheduler {scheduler!r}: one of {', '.join(SCHEDULERS)}")
+    if scheduler == "slurm":
+        from distbench.sweep.slurm import SlurmExecutor
+
+        return SlurmExecutor(slurm_launch)
+    return LocalExecutor()
+
 
 class Executor(Protocol):
     def check(self, configs: list[SweepConfig]) -> None: ...

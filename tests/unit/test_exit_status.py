@@ -23,9 +23,9 @@ class Executor:
 
 
 def test_a_commbench_with_a_failed_launch_reports_what_it_measured_and_exits_1(tmp_path, monkeypatch, capsys):
-    import distbench.cli.scaling
+    import distbench.sweep.executor
 
-    monkeypatch.setattr(distbench.cli.scaling, "_executor", lambda scheduler, form: Executor())
+    monkeypatch.setattr(distbench.sweep.executor, "executor_for", lambda scheduler, form="usual": Executor())
     monkeypatch.setattr(signal, "signal", lambda *args: None)  # main's SIGTERM handler: not in pytest's process
     out = tmp_path / "cb"
     argv = ["commbench", "--out", str(out), "--backends", "ddp,horovod", "--sizes", ",".join(map(str, SIZES))]
