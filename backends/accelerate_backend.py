@@ -15,9 +15,9 @@ from torch.utils.data import DataLoader
 
 from distbench.backends.base import Backend, ReduceOp, _own_generator
 from distbench.backends.ddp import bucket_cap_mb
-from distbench.backends.torchelastic import init_process_group, under_agent_store
-from distbench.launching.launch import LOOPBACK, PYTHON
+from distbench.process import LOOPBACK, PYTHON
 from distbench.sharding import GlobalBatchSampler
+from distbench.torchelastic import init_process_group, under_agent_store
 
 try:
     from accelerate import (
@@ -44,11 +44,11 @@ class AccelerateBackend(Backend):
     name = "accelerate"
 
     def setup(self) -> None:
-        if self.launch.launcher != PYTHON.name:
+        if self.launch.launcher != PYTHON:
             os.environ.setdefault("MASTER_ADDR", LOOPBACK)
         if under_agent_store():
             # torchrun / accelerate launch: the group is made on a key namespace of this round's own, so
-            # that a restart is clean (backends/torchelastic.py); Accelerate keeps a group that exists.
+            # that a restart is clean (distbench/torchelastic.py); Accelerate keeps a group that exists.
             backend = "nccl" if torch.cuda.is_available() else "gloo"
             init_process_group(backend, timedelta(seconds=self.timeout_s))
         # Accelerate wraps the model in DDP: the same bucket settings as the ddp backend (the size is set in

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from distbench.launching.launch import LaunchEnv
+from distbench.process import LaunchEnv
 from distbench.sharding import EvalShardSampler, GlobalBatchSampler
 
 
@@ -59,6 +59,10 @@ class Backend:
         accumulate: int = 1,
         grad_compression: str = "none",
     ):
+        """A backend for the process that `launch` describes (read before any setup): `precision` fp32 or bf16
+        (autocast), `timeout_s` how long a collective waits for a missing rank, `accumulate` micro-batches per
+        optimizer step, `grad_compression` the gradients' type on the wire (none, fp16, bf16). Nothing starts
+        before `setup()`."""
         self.launch = launch
         self.precision = precision
         self.timeout_s = timeout_s
@@ -70,6 +74,7 @@ class Backend:
 
     @property
     def is_main(self) -> bool:
+        """Whether this process is rank 0: the one that logs, writes results and checkpoints."""
         return self.rank == 0
 
     # ---- lifecycle -------------------------------------------------------------------------
@@ -91,11 +96,13 @@ class Backend:
         return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, generator=_own_generator())
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
+        """Start the train loader's `epoch` (its own seeded order) at global step `start_step` of it (a resume)."""
         assert self._train_sampler is not None, "train_loader() first"
         self._train_sampler.set_epoch(epoch, start_step)
 
     @property
     def steps_per_epoch(self) -> int:
+        """Whole global batches per epoch (the last partial one is dropped); after `train_loader()`."""
         assert self._train_sampler is not None, "train_loader() first"
         s = self._train_sampler
         return s.n // s.global_batch_size
@@ -110,9 +117,11 @@ class Backend:
 
     # ---- checkpoints: whole tensors, one form for every backend (a collective where the state is sharded) -----
     def model_state_dict(self, model: nn.Module) -> dict:
+        """The model's whole state, as the plain model's `state_dict()` (gathered where the library shards it)."""
         return self.unwrap(model).state_dict()
 
     def load_model_state_dict(self, model: nn.Module, state: dict) -> None:
+        """Load a whole state written by `model_state_dict` (into each rank's shard where the library shards it)."""
         self.unwrap(model).load_state_dict(state)
 
     def optimizer_state_dict(self, model: nn.Module, optimizer) -> dict:
@@ -120,6 +129,7 @@ class Backend:
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(self, model: nn.Module, optimizer, state: dict) -> None:
+        """Load a state written by `optimizer_state_dict`, in that form."""
         optimizer.load_state_dict(state)
 
     def accumulation(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
@@ -139,6 +149,7 @@ class Backend:
         optimizer.step()
 
     def unwrap(self, model: nn.Module) -> nn.Module:
+        """The user's model inside what `prepare` wrapped it in."""
         return model
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -169,7 +180,7 @@ class Backend:
         return t.unsqueeze(0)
 
     def barrier(self) -> None:
-        pass
+        """Wait until every rank reaches this point; nothing to wait for at world size 1."""
 
     @contextlib.contextmanager
     def main_process_first(self) -> Iterator[None]:

@@ -12,9 +12,9 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from distbench.backends.base import Backend, ReduceOp
-from distbench.backends.torchelastic import init_process_group
 from distbench.errors import UserError
-from distbench.launching.launch import LOOPBACK, PYTHON, SRUN, free_port
+from distbench.process import LOOPBACK, PYTHON, SRUN, free_port
+from distbench.torchelastic import init_process_group
 
 # DDP: gloo has no AVG; it is a SUM divided by the world size (the same result as NCCL's AVG).
 _OPS = {
@@ -64,12 +64,12 @@ class DDPBackend(Backend):
     name = "ddp"
 
     def setup(self) -> None:
-        if self.launch.launcher == PYTHON.name:
+        if self.launch.launcher == PYTHON:
             # DDP: plain `python run.py --backend ddp` is a world of one; give it a private rendezvous
             # on loopback so that nothing listens on other interfaces.
             os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR=LOOPBACK)
             os.environ.setdefault("MASTER_PORT", str(free_port()))
-        elif self.launch.launcher == SRUN.name:
+        elif self.launch.launcher == SRUN:
             # DDP: srun's tasks are the processes; torch's env:// rendezvous reads its own variables from Slurm's
             if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
                 raise UserError(

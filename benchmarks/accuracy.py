@@ -20,7 +20,8 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT
-from distbench.backends import REGISTRY, command
+from distbench.backends import REGISTRY
+from distbench.launching.commands import command
 
 
 def main(

@@ -145,17 +145,17 @@ def cases(tmp: Path) -> list[Case]:
 def environment(env: dict[str, str]) -> Iterator[None]:
     """os.environ with `env` set, as a child process started with it would see it (the launch environment read
     afresh); restored after."""
-    from distbench.launching import launch
+    from distbench import process
 
     before = dict(os.environ)
     os.environ.update(env)
-    launch.current.cache_clear()  # read once per process: this "process" starts here
+    process.current.cache_clear()  # read once per process: this "process" starts here
     try:
         yield
     finally:
         os.environ.clear()
         os.environ.update(before)
-        launch.current.cache_clear()
+        process.current.cache_clear()
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, child_env
-from distbench.backends import command
+from distbench.launching.commands import command
 
 RECIPE = ""  # run.py's defaults: the recipe measured best (docs/bert.md)
 

@@ -18,7 +18,9 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, library_verdicts, write_task_sections
-from distbench.sweep.report import Config, config_row, gloo_caveat, mb, with_interval
+from distbench.sweep.grouping import Config
+from distbench.sweep.markdown import gloo_caveat, mb, with_interval
+from distbench.sweep.verdicts import config_row
 from distbench.training.memory import KINDS, state_bytes
 
 

@@ -11,7 +11,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from distbench.config import available_cpus
+from distbench.machine import available_cpus
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def library_verdicts(configs) -> list[str]:
     reference left out: the tables give the speed-up), as markdown list lines."""
     from distbench.backends import REFERENCE
     from distbench.sweep import stats
-    from distbench.sweep.report import comparisons
+    from distbench.sweep.grouping import comparisons
 
     return [
         f"- {stats.verdict(a, b, ratio)}"
@@ -90,7 +90,7 @@ def library_verdicts(configs) -> list[str]:
 def write_task_sections(dirs: list[Path], out: Path, title: str, task_section) -> None:
     """For each `compare` folder and each task in it, `task_section(task, configs, sweep)` (a list of lines whose
     first is its "## " header) replaces that section of `out` (or is appended); the other sections stay."""
-    from distbench.sweep.report import configurations, load
+    from distbench.sweep.grouping import configurations, load
 
     text = out.read_text() if out.exists() else f"# {title}\n"
     for d in dirs:

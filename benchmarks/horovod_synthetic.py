@@ -30,9 +30,9 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, child_env, machine, replace_section
-from distbench.backends import command
-from distbench.config import available_cpus
+from distbench.launching.commands import command
 from distbench.launching.launch import HOROVODRUN, local_argv, resolve
+from distbench.machine import available_cpus
 from distbench.training.timer import WARMUP_MAX
 
 SECTION = "## Against Horovod's own synthetic benchmark"

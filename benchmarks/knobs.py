@@ -21,9 +21,10 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, replace_section
-from distbench.config import available_cpus
+from distbench.machine import available_cpus
 from distbench.sweep import stats
-from distbench.sweep.report import config_row, configurations, load
+from distbench.sweep.grouping import configurations, load
+from distbench.sweep.verdicts import config_row
 
 BACKENDS = ("ddp", "accelerate", "horovod")
 

@@ -24,7 +24,7 @@ import typer
 from benchmarks.harness import ROOT, library_verdicts, write_task_sections
 from distbench.backends import REFERENCE
 from distbench.launching import link
-from distbench.sweep.report import Config
+from distbench.sweep.grouping import Config
 
 
 def _reference_step_ms(configs: list[Config], task: str) -> tuple[float, int] | None:

@@ -36,9 +36,9 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, alternate, child_env, last_json, machine, run_checked, write_section
-from distbench.backends import REGISTRY, command
-from distbench.config import available_cpus
+from distbench.launching.commands import command, usual_launcher
 from distbench.launching.launch import local_argv, resolve
+from distbench.machine import available_cpus
 
 BERT_SECTION = "## BERT sentiment: adapter overhead"
 # The hand-written loops gather a sample of every rank's parameters at the end (benchmarks/handwritten/common.py:
@@ -50,7 +50,7 @@ RANK_SPREAD_MAX = 1e-6
 def hand_written(backend: str, n: int, steps: int, threads: int, task: str = "mnist", extra: tuple = ()) -> float:
     module = f"benchmarks.handwritten.{backend}_loop"
     program = ["-m", module, "--task", task, "--steps", str(steps), "--threads", str(threads), *extra]
-    cmd = resolve(local_argv(REGISTRY[backend].launchers[0], program, n))
+    cmd = resolve(local_argv(usual_launcher(backend), program, n))
     result = last_json(run_checked(cmd).stdout)
     if result["rank_spread"] > RANK_SPREAD_MAX:  # a loop whose ranks diverged exchanged no gradients
         raise RuntimeError(

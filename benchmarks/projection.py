@@ -47,7 +47,7 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, child_env, machine, write_section
-from distbench.training.reporter import write_json
+from distbench.records import write_json
 
 OUT = ROOT / "docs" / "results" / "projection"
 RATES = ("none", "1gbit", "500mbit", "200mbit", "100mbit")
@@ -309,7 +309,7 @@ def measured(sweep: Sweep, root: Path = OUT) -> dict[tuple, list[float]]:
     out: dict[tuple, list[float]] = {}
     for r in report.load([root / sweep.name]).records:
         if r["status"] == "ok":
-            key = (r["backend"], r.get("link_rate") or "none", r["accumulate"], r["grad_compression"])
+            key = (r["backend"], r["link_rate"], r["accumulate"], r["grad_compression"])
             out.setdefault(key, []).append(r["samples_per_sec"])
     return out
 
@@ -433,7 +433,8 @@ COMMBENCH_SECTION = "## Measured: busbw against message size on per-node links"
 def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
     """busbw per library and size at each rate, the fits, and how close the largest message came to the link."""
     from distbench.launching import link
-    from distbench.scaling import commbench as cb
+    from distbench.planning import commbench_report as cb
+    from distbench.planning.bandwidth import size_text
 
     lines = [
         COMMBENCH_SECTION,
@@ -463,7 +464,7 @@ def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
         ]
         for size in sizes:
             cells = [f"{by[b, size]['busbw_Bps'] / 1e6:.1f} ({by[b, size]['cpu_s'] * 1e3:.2f})" for b in names]
-            lines.append(f"| {cb._size(size)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {size_text(size)} | " + " | ".join(cells) + " |")
         lines.append("")
         bits = link.parse_rate(rate)
         for b in names:
@@ -482,7 +483,7 @@ def commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
         "|---|---|---|---|---|---|",
         *fits_rows,
         "",
-        f"### The largest message ({cb._size(sizes[-1])}) against the link",
+        f"### The largest message ({size_text(sizes[-1])}) against the link",
         "",
         "| link | backend | link MB/s | busbw MB/s | busbw / link |",
         "|---|---|---|---|---|",
@@ -609,7 +610,8 @@ SHOWN_SIZES = (262144, 1048576, 4194304, 16777216)  # the validation's buckets a
 def loaded_commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
     """Per rate and size: each library's time uncompressed and with fp16, its CPU time on an idle core and what it
     took from a computing thread on its core; then the fits of the last."""
-    from distbench.scaling import commbench as cb
+    from distbench.planning import commbench_report as cb
+    from distbench.planning.bandwidth import size_text
 
     lines = [
         LOADED_COMMBENCH_SECTION,
@@ -642,7 +644,7 @@ def loaded_commbench_lines(rates: tuple[str, ...] = RATES) -> list[str]:
                     f"{plain['time_s'] * 1e3:.2f} / {half['time_s'] * 1e3:.2f}; "
                     f"{plain['cpu_s'] * 1e3:.2f} / {plain['loaded_cpu_s'] * 1e3:.2f}"
                 )
-            lines.append(f"| {cb._size(size)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {size_text(size)} | " + " | ".join(cells) + " |")
         lines.append("")
         fitted = json.loads((out / cb.FIT).read_text())
         for b in names:

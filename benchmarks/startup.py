@@ -30,7 +30,8 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, last_json, machine, rotate, run_checked, write_section
-from distbench.backends import REGISTRY, command
+from distbench.backends import REGISTRY
+from distbench.launching.commands import command, usual_launcher
 from distbench.launching.launch import local_argv, resolve
 from distbench.training.timer import STARTUP_PHASES
 
@@ -44,7 +45,7 @@ def floor_run(backend: str, step: bool) -> float:
     """Seconds from the launch to the end of the floor program's all-reduce (or first step)."""
     n, library = CASES[backend]
     program = [FLOOR, "--library", library, *(["--step"] if step else [])]
-    cmd = resolve(local_argv(REGISTRY[backend].launchers[0], program, n))
+    cmd = resolve(local_argv(usual_launcher(backend), program, n))
     launched = time.time()
     return last_json(run_checked(cmd).stdout)["done_unix"] - launched
 
@@ -106,7 +107,7 @@ def section(results: dict[str, list[dict]], rounds: int, command_line: str) -> l
     ]
     for backend, rows in results.items():
         n, _ = CASES[backend]
-        launcher = REGISTRY[backend].launchers[0].name
+        launcher = REGISTRY[backend].launchers[0]
         join, join_all = _median_ratios(rows, "join")
         step, step_all = _median_ratios(rows, "step")
         lines.append(

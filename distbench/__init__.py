@@ -4,7 +4,6 @@ import os
 import sys
 
 __version__ = "0.1.0"
-SCHEMA_VERSION = 1
 
 
 def leave(code: int | None = 0):

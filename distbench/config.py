@@ -9,7 +9,9 @@ Each field of `RunConfig` is one option of `run.py` (after torchtitan's config-a
 - its checks (`checks`): validated before any process group starts, one line naming the flag on failure;
 - whether a resumed run must match the checkpoint on it (`resume`);
 - what a sweep does with it (`sweep`): FORWARD to every run of the sweep as `compare` was given it, AXIS (a sweep
-  axis: compare takes a list and runs each value), or SET by the sweep itself for each run.
+  axis: compare takes a list and runs each value; the axis, sweep/configuration.py, names this option and takes its
+  flag, choices, checks and help from here), or SET by the sweep itself for each run;
+- `choices`: the closed set of its values (an Enum), which the CLI and an axis's parser offer and check.
 
 The README's option table is checked against these declarations (tests/unit/test_options.py).
 """
@@ -77,10 +79,12 @@ def option(
     sweep: str = FORWARD,
     task_default: bool = False,
     unset: str = "none",
+    choices: type[Enum] | None = None,
 ) -> Any:
     """A RunConfig field with its declaration (see the module docstring). `unset`: how the help shows a task default
-    of None (for `task_default` options)."""
+    of None (for `task_default` options); `choices`: the closed set of its values, if it has one."""
     meta = {
+        "choices": choices,
         "help": help,
         "flag": flag,
         "checks": checks,
@@ -133,7 +137,7 @@ class RunConfig:
     image_size: int = option(
         224, "synthetic-resnet: side of the random square images.", checks=(in_range(32, 1024, closed_hi=True),)
     )
-    precision: str = option("fp32", "fp32, or bf16 autocast.", resume=True)
+    precision: str = option("fp32", "fp32, or bf16 autocast.", resume=True, choices=Precision)
     accumulate: int = option(
         1,
         "Micro-batches per optimizer step (the global batch stays --batch-size), through "
@@ -148,6 +152,7 @@ class RunConfig:
         "Gradients on the wire: none, or fp16/bf16 through DDP comm hooks (ddp, accelerate) or Horovod's compression.",
         resume=True,
         sweep=AXIS,
+        choices=GradCompression,
     )
     schedule: bool | None = option(
         None,
@@ -247,19 +252,6 @@ def to_args(values: dict) -> list[str]:
         else:
             args += [flag(name), str(value.value if isinstance(value, Enum) else value)]
     return args
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on: its affinity mask (taskset, a cgroup cpuset, Slurm), not the
-    machine's count."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def default_threads(local_world_size: int) -> int:
-    """The CPUs this process may use divided among the processes of this machine, at least one each."""
-    return max(1, available_cpus() // max(1, local_world_size))
 
 
 def check_output_writable(path: Path, is_main: bool = True) -> None:

@@ -13,8 +13,8 @@ import numpy as np
 
 from benchmarks import harness
 from benchmarks.harness import ROOT
-from distbench.backends import command
 from distbench.data import mnist
+from distbench.launching.commands import command
 
 
 def child_env(tmp_path: Path | None = None, **extra: str) -> dict:
@@ -96,6 +96,7 @@ def synthetic_record(backend: str, world: int, threads: int, rnd: int, sps: floa
         "backend": backend,
         "world_size": world,
         "threads_per_process": threads,
+        "link_rate": "none",  # unshaped, as schema version 2 writes it (distbench/records.py)
         "round": rnd,
         "status": status,
         "command": f"run {backend} x{world}",
@@ -162,3 +163,8 @@ def run_here(args, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     with this_process_kept():
         code, err = command([str(a) for a in args], {"DISTBENCH_CACHE": str(tmp_path / "cache"), **env})
     return subprocess.CompletedProcess(["run.py", *map(str, args)], code, "", err)
+
+
+# what a commbench worker found itself in (planning/worker.py), as a test's stand-in executor returns it: x2 on one
+# node, unshaped
+FOUND = {"world_size": 2, "nodes": 1, "link_rate": "none", "link_mode": "shared", "grad_compression": "none"}

@@ -36,7 +36,7 @@ class Command:
         return invoke(app, argv, "run.py") if self.grouped else invoke(app, argv[1:], f"run.py {argv[0]}")
 
 
-_SWEEP, _SCALING = "distbench.cli.sweep:sweep_app", "distbench.cli.scaling:scaling_app"
+_SWEEP, _PLANNING = "distbench.cli.sweep:sweep_app", "distbench.cli.planning:planning_app"
 # every command, in the order `run.py --help` lists them (the one place their names are spelled for dispatch, the
 # help and the suggestion for a misspelled one)
 COMMANDS = {
@@ -51,9 +51,9 @@ COMMANDS = {
         grouped=False,
     ),
     "commbench": Command(
-        _SCALING, "time each library's own all-reduce over message sizes, with a latency-bandwidth fit"
+        _PLANNING, "time each library's own all-reduce over message sizes, with a latency-bandwidth fit"
     ),
-    "project": Command(_SCALING, "predict each library's step time at a planned scale from a sweep and a commbench"),
+    "project": Command(_PLANNING, "predict each library's step time at a planned scale from a sweep and a commbench"),
     "slurm-script": Command(_SWEEP, "write an sbatch script that runs a compare sweep on a Slurm cluster"),
 }
 
@@ -87,9 +87,9 @@ def invoke(app: typer.Typer, args: list[str], prog: str) -> int:
         print(f"error: {' '.join(message.split())}", file=sys.stderr)
         return 2
     except UserError as e:
-        from distbench.launching import launch
+        from distbench import process
 
-        if launch.current().is_main:
+        if process.current().is_main:
             print(f"error: {e}", file=sys.stderr, flush=True)
         else:
             # Every rank usually meets the same bad input at once. A launcher tears the job down when the first
@@ -111,7 +111,7 @@ def _record_for_torchrun(line: str) -> None:
     try:
         from pathlib import Path
 
-        from distbench.training.reporter import write_json
+        from distbench.records import write_json
 
         write_json(Path(path), {"message": {"message": line, "extraInfo": {"timestamp": str(int(time.time()))}}})
     except OSError:

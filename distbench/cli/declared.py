@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from distbench.config import FIELDS, TASK_DEFAULTED, GradCompression, Precision, RunConfig
+from distbench.config import FIELDS, TASK_DEFAULTED, RunConfig
 
 
 def backend_choices() -> type[Enum]:
@@ -23,7 +23,8 @@ def backend_choices() -> type[Enum]:
 
 def choices() -> dict[str, type[Enum]]:
     """The options whose values are a closed set, as typer choices."""
-    return {"backend": backend_choices(), "precision": Precision, "grad_compression": GradCompression}
+    declared = {name: f.metadata["choices"] for name, f in FIELDS.items() if f.metadata["choices"] is not None}
+    return {"backend": backend_choices(), **declared}
 
 
 def _shown(value) -> str:
@@ -66,6 +67,27 @@ def run_options(
     return params
 
 
+def placement_params(
+    names: Iterable[str], *, listed: bool = False, defaults: dict | None = None, notes: dict | None = None
+) -> list[inspect.Parameter]:
+    """Placement options (launching/placement.PLACEMENT) as typer options, each as declared: one value each, or
+    (`listed`) a comma-separated list each, as compare's axes take them. `defaults` and `notes` (a sentence added to
+    the help) are a command's own."""
+    from distbench.launching.placement import PLACEMENT
+
+    defaults, notes = defaults or {}, notes or {}
+    params = []
+    for name in names:
+        declared = PLACEMENT[name]
+        default = defaults.get(name, declared.default)
+        annotation = str if listed else declared.type
+        if default is None:
+            annotation = annotation | None
+        help_text = ("Comma-separated, a sweep axis. " if listed else "") + declared.help + " " + notes.get(name, "")
+        params.append(param(name, annotation, default, declared.flag, help=help_text.strip()))
+    return params
+
+
 def _param(name: str, annotation, default, info) -> inspect.Parameter:
     return inspect.Parameter(
         name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[annotation, info]
@@ -84,15 +106,32 @@ def argument(name: str, annotation, help: str = "") -> inspect.Parameter:
     )
 
 
+EXTRA = "extra_args"  # what a command that passes options on (after --) gets them as
+
+
 def command(
-    app: typer.Typer, name: str, params: list[inspect.Parameter], body: Callable[[dict], object], **settings
+    app: typer.Typer,
+    name: str,
+    params: list[inspect.Parameter],
+    body: Callable[[dict], object],
+    *,
+    passes_on: bool = False,
+    **settings,
 ) -> None:
     """Add command `name` to `app`, taking `params`; `body` gets the values given, keyed by parameter name, with
-    choices as their plain values."""
+    choices as their plain values. `passes_on`: the command takes options it does not know (after --) and passes
+    them on; the body gets them as values[EXTRA]."""
 
-    def handler(**values):
-        return body({k: v.value if isinstance(v, Enum) else v for k, v in values.items()})
+    def handler(ctx: typer.Context, **values):
+        values = {k: v.value if isinstance(v, Enum) else v for k, v in values.items()}
+        if passes_on:
+            values[EXTRA] = [a for a in ctx.args if a != "--"]
+        return body(values)
 
+    if passes_on:
+        settings["context_settings"] = {"allow_extra_args": True, "ignore_unknown_options": True}
+    context = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+    params = [context, *params]
     handler.__signature__ = inspect.Signature(params)
     handler.__annotations__ = {p.name: p.annotation for p in params}
     handler.__name__ = name.replace("-", "_")

@@ -8,19 +8,17 @@ as declared; a forwarded option reaches every run only when it is given.
 from __future__ import annotations
 
 import shlex
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from distbench.backends import NAMES, REFERENCE, get_spec
-from distbench.cli.declared import command, new_app, param, run_options
-from distbench.config import AXIS, DEFAULTS, FIELDS, FORWARDED, POSITIVE, SET, check_dir_option, flag, to_args
+from distbench.backends import DISTRIBUTED, NAMES
+from distbench.cli.declared import EXTRA, command, new_app, param, placement_params, run_options
+from distbench.config import AXIS, FIELDS, FORWARDED, SET, flag
 from distbench.errors import UserError
-from distbench.launching import link
+from distbench.launching.placement import Placement
 from distbench.sweep.configuration import AXES, SWEPT
 
 # the default of each axis's compare option (the others: the axis's own default)
@@ -40,13 +38,7 @@ def compare_params() -> list:
         for name in SWEPT
     ]
     sweep = [
-        param(
-            "scheduler",
-            str,
-            "local",
-            help="Where the runs go: local (this machine; simulated nodes with --nodes) or "
-            "slurm (job steps over the allocation this command runs in: real nodes; docs/slurm.md).",
-        ),
+        *placement_params(["scheduler"]),
         param(
             "slurm_launch",
             str,
@@ -70,41 +62,32 @@ def compare_params() -> list:
 
 
 def compare(values: dict) -> None:
-    from distbench.sweep.check import check_sweep
-    from distbench.sweep.executor import executor_for
-    from distbench.sweep.plan import axis_values, plan_runs, round_orders
-    from distbench.sweep.runner import RESULTS, Sweep, run_sweep
+    from distbench.sweep.compare import CompareRequest, run
 
-    out, repeats, order_seed = values.pop("out"), values.pop("repeats"), values.pop("order_seed")
-    threads, timeout_s, extra = values.pop("threads"), values.pop("run_timeout_s"), values.pop("extra")
-    axes = axis_values({name: values.pop(_axis_param(name)) for name in SWEPT})
-    run_values = {name: values[name] for name in FORWARDED}
-    given = {**run_values, **_extra_values(extra)}  # what every run gets: --extra comes last, and wins
-    _check(out / RESULTS, threads, repeats, given)
-    executor = executor_for(values.pop("scheduler"), values.pop("slurm_launch"))
-    task = given["task"] or DEFAULTS["task"]
-    planned = plan_runs(_task_name(task), axes, threads, executor.cpus_per_node)
-    # every configuration before the first launch; last: a shaped link re-runs this command in a private namespace
-    check_sweep([p.config for p in planned], {**given, "task": task}, executor)
-    base_args = ["--task", task, *to_args({**run_values, "task": None}), "--no-progress", *shlex.split(extra)]
-    sweep = Sweep(out, _task_name(task), base_args, planned, round_orders(len(planned), repeats, order_seed), timeout_s)
-    out.mkdir(parents=True, exist_ok=True)
-    command_line = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    from distbench.training.reporter import write_json
+    extra = values.pop("extra")
+    request = CompareRequest(
+        out=values.pop("out"),
+        axes={name: values.pop(_axis_param(name)) for name in SWEPT},
+        scheduler=Placement.given(values).scheduler,
+        slurm_launch=values.pop("slurm_launch"),
+        threads=values.pop("threads"),
+        repeats=values.pop("repeats"),
+        order_seed=values.pop("order_seed"),
+        run_timeout_s=values.pop("run_timeout_s"),
+        forwarded={name: values[name] for name in FORWARDED},
+        extra=extra,
+        extra_values=_extra_values(extra),
+        command_line=command_line(),
+    )
+    outcome = run(request)
+    if outcome.interrupted:
+        raise typer.Exit(130)
+    exit_if_failed(outcome.failed, outcome.runs, str(outcome.report))
 
-    write_json(out / "sweep.json", sweep.describe(command_line, repeats, order_seed), indent=2)
-    t0 = time.time()
-    try:
-        records = run_sweep(sweep, executor)
-    except KeyboardInterrupt:
-        print(f"interrupted: the current run was stopped; records so far are in {out / RESULTS}", file=sys.stderr)
-        _write_report(out)
-        raise typer.Exit(130) from None
-    print(f"sweep done in {time.time() - t0:.0f} s", file=sys.stderr)
-    report_md = _write_report(out)
-    print(report_md.split("## Environment")[0].rstrip())
-    print(f"\nreport: {out / 'report.md'} (plots, summary.csv and {RESULTS} beside it)")
-    exit_if_failed(sum(r["status"] != "ok" for r in records), len(records), str(out / "report.md"))
+
+def command_line() -> str:
+    """This command as typed, for what it writes (sweep.json, the report)."""
+    return "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
 def exit_if_failed(failed: int, total: int, where: str) -> None:
@@ -132,74 +115,19 @@ def _extra_values(extra: str) -> dict:
     return given
 
 
-def _check(results: Path, threads: int | None, repeats: int, run_values: dict) -> None:
-    """The sweep's options that no run would catch before it starts, and the own checks of each option every run gets
-    (forwarded or in --extra): one line each, before any run."""
-    if (error := POSITIVE.error("--threads", threads)) is not None:
-        raise UserError(error)
-    if (error := POSITIVE.error("--repeats", repeats)) is not None:
-        raise UserError(error)
-    for name, value in run_values.items():
-        for check in FIELDS[name].metadata["checks"]:
-            if (error := check.error(flag(name), value)) is not None:
-                raise UserError(error)
-    check_dir_option("data_dir", run_values.get("data_dir"))
-    if results.exists():
-        raise UserError(
-            f"{results.parent} already holds a sweep ({results.name}); choose another --out (nothing is overwritten)"
-        )
+def simulate_params() -> list:
+    own = [param("backend", str, help="A distributed backend: " + ", ".join(DISTRIBUTED) + ".")]
+    placed = placement_params(["nodes", "nprocs", "link_rate", "link_mode"], defaults={"nodes": 2})
+    return [*own, *placed, param("run_timeout_s", int, 3600, help="Stop the job after this long.")]
 
 
-def _task_name(spec: str) -> str:
-    """The name a task's records carry (a user's task: its `name`, else its class name); a task that cannot be
-    loaded is one line before any run."""
-    from distbench.tasks import task_class
+def simulate(values: dict) -> None:
+    from distbench.sweep.simulate import simulate as run
 
-    cls = task_class(spec)
-    name = getattr(cls, "name", None)
-    return name if isinstance(name, str) else cls.__name__
-
-
-def _write_report(out: Path) -> str:
-    from distbench.sweep.report import write_report
-
-    return write_report([out], out)
-
-
-def simulate(
-    ctx: typer.Context,
-    backend: Annotated[str, typer.Option(help="ddp, accelerate or horovod.")],
-    nodes: Annotated[int, typer.Option(help="Simulated nodes, each on its own share of the cores.")] = 2,
-    nprocs: Annotated[int, typer.Option(help="Processes per node.")] = 1,
-    link_rate: Annotated[str, typer.Option(help="Rate of the shaped link, e.g. 1gbit or 100mbit.")] = link.UNSHAPED,
-    link_mode: Annotated[
-        str, typer.Option(help="shared (one bucket on loopback, a hub) or per-node (a NIC per node on a switch).")
-    ] = link.MODES[0],
-    run_timeout_s: Annotated[int, typer.Option(help="Stop the job after this long.")] = 3600,
-) -> None:
-    from distbench.sweep.configuration import SweepConfig
-    from distbench.sweep.executor import LocalExecutor
-
-    if backend == REFERENCE or get_spec(backend).launchers[0].name == "python":
-        raise UserError(f"--backend {backend} runs one process; simulate a distributed backend")
-    if nodes <= 0 or nprocs <= 0:
-        raise UserError("--nodes and --nprocs must be positive")
-    train_args = [a for a in ctx.args if a != "--"]
+    train_args = values.pop(EXTRA)
     if "--backend" in train_args:
         raise UserError("give --backend before --, as simulate's own option")
-    link.parse_rate(link_rate)
-    link.check_mode(link_mode)
-    config = SweepConfig(
-        backend=backend, world_size=nodes * nprocs, nodes=nodes, link_rate=link_rate, link_mode=link_mode
-    )
-    executor = LocalExecutor()
-    executor.check([config])
-    try:
-        code = executor.run_attached(config, train_args, run_timeout_s)
-    except subprocess.TimeoutExpired:
-        raise UserError(f"the job ran past --run-timeout-s {run_timeout_s} and was stopped") from None
-    said = f"{backend} as {nodes} node(s) x {nprocs} process(es), {config.link_said()}"
-    print(f"simulated {said}: {'done' if code == 0 else f'exit code {code}'}", file=sys.stderr)
+    code = run(values.pop("backend"), Placement.given(values), train_args, values.pop("run_timeout_s"))
     raise typer.Exit(code)
 
 
@@ -224,57 +152,63 @@ def report(
     for d in [*dirs, *([baseline] if baseline is not None else [])]:
         if not (d / RESULTS).is_file():
             raise UserError(f"{d} holds no {RESULTS} (was it written by `run.py compare`?)")
-    built_by = "python run.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    built_by = command_line()
     print(write_report(dirs, out or dirs[0], built_by, baseline, allow_different))
 
 
-def slurm_script(
-    ctx: typer.Context,
-    out: Annotated[
-        Path, typer.Option(help="The sweep's output folder, on a filesystem every node sees (relative: to --workdir).")
-    ],
-    nodes: Annotated[int, typer.Option(help="Nodes of the allocation; the sweep runs on all of them.")] = 2,
-    nprocs: Annotated[int | None, typer.Option(help="Processes per node [default: 1; one per GPU].")] = None,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node: one process each, NCCL.")] = None,
-    cpus_per_task: Annotated[int | None, typer.Option(help="CPUs per process.")] = None,
-    partition: Annotated[str | None, typer.Option(help="Slurm partition.")] = None,
-    time: Annotated[
-        str | None, typer.Option("--time", help="Time limit (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS).")
-    ] = None,
-    job_name: Annotated[str, typer.Option(help="The job's name.")] = "distbench",
-    workdir: Annotated[
-        Path | None,
-        typer.Option(help="The distbench checkout the job runs in [default: the directory sbatch is called in]."),
-    ] = None,
-    venv: Annotated[
-        Path, typer.Option(help="The Python environment on the cluster (relative: to the workdir).")
-    ] = Path(".venv"),
-    script: Annotated[Path | None, typer.Option(help="Write the script here (default: print it).")] = None,
-    submit: Annotated[bool, typer.Option(help="Submit it with sbatch (needs --script).")] = False,
-) -> None:
+def slurm_script_params() -> list:
+    out = param(
+        "out", Path, help="The sweep's output folder, on a filesystem every node sees (relative: to --workdir)."
+    )
+    placed = placement_params(
+        ["nodes", "nprocs"],
+        defaults={"nodes": 2, "nprocs": None},
+        notes={
+            "nodes": "Here: the allocation's; the sweep runs on all of them.",
+            "nprocs": "[default: 1; one per GPU]",
+        },
+    )
+    own = [
+        param("gpus_per_node", int | None, None, help="GPUs per node: one process each, NCCL."),
+        param("cpus_per_task", int | None, None, help="CPUs per process."),
+        param("partition", str | None, None, help="Slurm partition."),
+        param("time", str | None, None, help="Time limit (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)."),
+        param("job_name", str, "distbench", help="The job's name."),
+        param(
+            "workdir",
+            Path | None,
+            None,
+            help="The distbench checkout the job runs in [default: the directory sbatch is called in].",
+        ),
+        param("venv", Path, Path(".venv"), help="The Python environment on the cluster (relative: to the workdir)."),
+        param("script", Path | None, None, help="Write the script here (default: print it)."),
+        param("submit", bool, False, help="Submit it with sbatch (needs --script)."),
+    ]
+    return [out, *placed, *own]
+
+
+def slurm_script(values: dict) -> None:
     from pathlib import PurePosixPath
 
-    from distbench.sweep.sbatch import Place, Request, warn_node_local
-    from distbench.sweep.sbatch import script as write
-    from distbench.sweep.sbatch import submit as sbatch
+    from distbench.sweep.slurm import Place, Request, write_script
 
-    compare_args = [a for a in ctx.args if a != "--"]
+    compare_args = values.pop(EXTRA)
     for own in ("--nodes", "--nprocs", "--out", "--scheduler"):
         if own in compare_args:
             raise UserError(f"give {own} as slurm-script's own option, before --")
-    request = Request(nodes, nprocs, gpus_per_node, cpus_per_task, partition, time, job_name)
-    place = Place(PurePosixPath(out), workdir and PurePosixPath(workdir), PurePosixPath(venv))
-    text = write(request, place, compare_args)
-    if submit and script is None:
-        raise UserError("--submit needs --script FILE (the script sbatch runs)")
-    warn_node_local(place)
-    if script is None:
-        print(text, end="")
-        return
-    script.write_text(text)
-    script.chmod(0o755)
-    if submit:
-        print(f"submitted job {sbatch(script)}: {script}")
+    placement = Placement.given(values)
+    v = values
+    request = Request(
+        placement.nodes,
+        placement.nprocs,
+        v["gpus_per_node"],
+        v["cpus_per_task"],
+        v["partition"],
+        v["time"],
+        v["job_name"],
+    )
+    place = Place(PurePosixPath(v["out"]), v["workdir"] and PurePosixPath(v["workdir"]), PurePosixPath(v["venv"]))
+    print(write_script(request, place, compare_args, v["script"], v["submit"]), end="")
 
 
 def sweep_app() -> typer.Typer:
@@ -286,16 +220,23 @@ def sweep_app() -> typer.Typer:
         compare,
         help="Run every backend at several world sizes with its real launcher and report.",
     )
-    app.command(
+    command(
+        app,
+        "simulate",
+        simulate_params(),
+        simulate,
+        passes_on=True,
         help="Run one training job as simulated nodes, each on its own cores, optionally over a shaped link; "
         "the options after -- are run.py's training options (--output says where the record goes).",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )(simulate)
+    )
     app.command(help="Rebuild the report (summary.csv, report.md, plots) from compare folders.")(report)
-    app.command(
-        name="slurm-script",
-        help="Write an sbatch script that runs a compare sweep on a Slurm cluster (the "
-        "options after -- are compare's); docs/slurm.md.",
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )(slurm_script)
+    command(
+        app,
+        "slurm-script",
+        slurm_script_params(),
+        slurm_script,
+        passes_on=True,
+        help="Write an sbatch script that runs a compare sweep on a Slurm cluster (the options after -- are "
+        "compare's); docs/slurm.md.",
+    )
     return app

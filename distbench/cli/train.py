@@ -7,11 +7,11 @@ from enum import Enum
 import click
 import typer
 
-from distbench.backends import launch_help
 from distbench.cli import COMMANDS
 from distbench.cli.declared import command, new_app, run_options
 from distbench.config import FIELDS, RunConfig
 from distbench.errors import UserError
+from distbench.launching.commands import launch_help
 
 
 def commands_help() -> str:

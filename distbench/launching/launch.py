@@ -1,66 +1,26 @@
-"""Launchers and the launch environment: how processes are started, and what each one is told.
+"""Launchers: how processes are started, one node or several.
 
-One `Launcher` per launcher (plain python, torchrun, accelerate launch, horovodrun, variables set by
-hand). Each builds its real command lines (one node or several) and recognises the environment it gives
-its processes. The help text (`run.py --help`) and the commands that `compare`, the benchmarks and the
-tests run come from the same `commands()`: the help leaves out the loopback rendezvous that a local run
-adds, and writes placeholders where a user fills in numbers.
+One `Launcher` per launcher (plain python, torchrun, accelerate launch, horovodrun, variables set by hand, srun's
+own tasks). Each builds its real command lines (one node or several). The help text (`run.py --help`) and the
+commands that `compare`, the benchmarks and the tests run come from the same `commands()`: the help leaves out the
+loopback rendezvous that a local run adds, and writes placeholders where a user fills in numbers.
 
-`LaunchEnv` is that environment read once, before any backend's setup (which may write variables of its
-own: DDP gives a plain `python` run a world of one), into one frozen value that everything else uses.
-No distributed library is imported here.
+What a launcher tells the processes it starts, and reading it (`LaunchEnv`, `current()`), is the core's
+(distbench/process.py), so that the backends, below launching, can use it; a launcher here carries the name that
+module gives it. No distributed library is imported here.
 """
 
 from __future__ import annotations
 
-import functools
 import ipaddress
-import os
 import shutil
-import socket
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 
+from distbench import process
+from distbench.process import LOOPBACK, free_port
+
 BIN = Path(sys.executable).parent
-LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """A TCP port free on loopback now (a launcher binds it a moment later)."""
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-@dataclass(frozen=True)
-class LaunchEnv:
-    """What the launcher told this process, read before any process group exists."""
-
-    launcher: str  # the Launcher's name, as recorded ("python", "torchrun", ...)
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    local_world_size: int = 1
-    restart_count: int = 0  # torchrun's agent: how often it had restarted the worker group before this one
-    node_rank: int = 0  # which node (machine, or simulated node) this process runs on
-    nodes: int = 1  # how many nodes the job spans
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @classmethod
-    def read(cls, env: Mapping[str, str] = os.environ) -> LaunchEnv:
-        launcher = next(launcher for launcher in DETECTION_ORDER if launcher.detects(env))
-        return launcher.read(env)
-
-
-@functools.cache
-def current() -> LaunchEnv:
-    """This process's launch environment, read at the first call (before the backend's setup)."""
-    return LaunchEnv.read(os.environ)
 
 
 Program = list[str]  # what follows `python`: ["run.py", *args] or ["-m", "package.module", *args]
@@ -76,45 +36,22 @@ class Launcher:
     turns the names into this environment's paths.
     """
 
-    name: str = ""
+    name: str = ""  # the launcher's name (distbench/process.py), as the registry lists it and the record keeps it
     several_nodes_note: str = ""  # how the several-node command is used, for the help text
-
-    def detects(self, env: Mapping[str, str]) -> bool:
-        raise NotImplementedError
-
-    # the variables that hold rank, local rank, world size, local world size, restarts, node rank and node
-    # count: torch's (torchrun's agent, also under accelerate launch) unless a launcher says otherwise
-    variables = (
-        "RANK",
-        "LOCAL_RANK",
-        "WORLD_SIZE",
-        "LOCAL_WORLD_SIZE",
-        "TORCHELASTIC_RESTART_COUNT",
-        "GROUP_RANK",
-        "GROUP_WORLD_SIZE",
-    )
-
-    def read(self, env: Mapping[str, str]) -> LaunchEnv:
-        rank, local_rank, size, local_size, restarts, node, nodes = (env.get(v) for v in self.variables)
-        rank, size, local_size = int(rank or 0), int(size or 1), int(local_size or 1)
-        # where the launcher does not say (by hand): nodes of local_size processes each, filled in rank order
-        node = int(node) if node else rank // local_size
-        nodes = int(nodes) if nodes else max(1, size // local_size)
-        return LaunchEnv(self.name, rank, int(local_rank or 0), size, local_size, int(restarts or 0), node, nodes)
 
     def commands(
         self, program: Program, nprocs: int | str, hosts: list[str] | None = None, port: int | str | None = None
     ) -> list[list[str]]:
+        """The command lines that start `program` (what follows `python`) with `nprocs` processes per node on
+        `hosts` (None: the launcher's own defaults, as the help shows them), meeting at `port` on the first host.
+        `nprocs` may be a placeholder ("N") where only the form is shown."""
         raise NotImplementedError
 
 
 class Python(Launcher):
-    name = "python"
+    """Plain python: one process, on one node."""
 
-    variables = ("",) * 7  # none: one process
-
-    def detects(self, env):
-        return True  # what is left when no launcher's variables are there
+    name = process.PYTHON
 
     def commands(self, program, nprocs, hosts=None, port=None):
         if nprocs not in (1, "1") or (hosts and len(hosts) > 1):
@@ -123,11 +60,10 @@ class Python(Launcher):
 
 
 class Torchrun(Launcher):
-    name = "torchrun"
-    several_nodes_note = "(the same on each machine)"
+    """torchrun: an agent on every node; static rendezvous on one node, c10d across several."""
 
-    def detects(self, env):
-        return "TORCHELASTIC_RUN_ID" in env
+    name = process.TORCHRUN
+    several_nodes_note = "(the same on each machine)"
 
     def commands(self, program, nprocs, hosts=None, port=None):
         agent = ["torchrun", "--nproc_per_node", str(nprocs)]
@@ -154,11 +90,10 @@ def _rendezvous_host(hosts: list, i: int) -> list[str]:
 
 
 class AccelerateLaunch(Launcher):
-    name = "accelerate launch"
-    several_nodes_note = "(on machine R: --machine_rank R)"
+    """accelerate launch: one per node, each with its machine rank (it runs torchrun's agent)."""
 
-    def detects(self, env):
-        return "RANK" in env and any(k.startswith("ACCELERATE_") for k in env)
+    name = process.ACCELERATE
+    several_nodes_note = "(on machine R: --machine_rank R)"
 
     def commands(self, program, nprocs, hosts=None, port=None):
         nodes = len(hosts or [None])
@@ -191,22 +126,10 @@ class AccelerateLaunch(Launcher):
 
 
 class Horovodrun(Launcher):
-    name = "horovodrun"
+    """horovodrun: one command for every node; it starts the other nodes' processes itself."""
+
+    name = process.HOROVODRUN
     several_nodes_note = "(once, on host1)"
-
-    def detects(self, env):
-        return "HOROVOD_RANK" in env or "HOROVOD_GLOO_RENDEZVOUS_ADDR" in env
-
-    # Horovod: a node is a "cross" group; no restarts
-    variables = (
-        "HOROVOD_RANK",
-        "HOROVOD_LOCAL_RANK",
-        "HOROVOD_SIZE",
-        "HOROVOD_LOCAL_SIZE",
-        "",
-        "HOROVOD_CROSS_RANK",
-        "HOROVOD_CROSS_SIZE",
-    )
 
     def commands(self, program, nprocs, hosts=None, port=None):
         # Horovod: one horovodrun for every node; it starts the remote ones (ssh, or directly for a host
@@ -221,10 +144,7 @@ class Horovodrun(Launcher):
 class ByHand(Launcher):
     """RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set for each process by the user or a scheduler (srun)."""
 
-    name = "env (RANK/WORLD_SIZE)"
-
-    def detects(self, env):
-        return "RANK" in env and "WORLD_SIZE" in env
+    name = process.BY_HAND
 
     def commands(self, program, nprocs, hosts=None, port=None):
         hosts, n = hosts or ["HOST0"], int(nprocs)
@@ -249,18 +169,8 @@ class Srun(Launcher):
     """srun's own tasks, one per process: SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS (the run needs MASTER_ADDR and
     MASTER_PORT besides)."""
 
-    name = "srun"
+    name = process.SRUN
     several_nodes_note = "(in an allocation; MASTER_ADDR/MASTER_PORT: the first node's)"
-    variables = ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS", "", "", "SLURM_NODEID", "SLURM_STEP_NUM_NODES")
-
-    def detects(self, env):
-        return "SLURM_PROCID" in env and "SLURM_STEP_ID" in env and "SLURM_NTASKS" in env
-
-    def read(self, env):
-        launch = super().read(env)
-        # srun gives no local world size: the step's tasks spread evenly over its nodes
-        local = int(env["SLURM_NTASKS"]) // max(1, int(env.get("SLURM_STEP_NUM_NODES") or 1))
-        return replace(launch, local_world_size=max(1, local))
 
     def commands(self, program, nprocs, hosts=None, port=None):
         nodes = len(hosts or [None])
@@ -275,10 +185,10 @@ PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN = (
     ByHand(),
     Srun(),
 )
-# The order matters: accelerate launch runs torchrun's agent (so it sets torchrun's variables too), and both
-# set RANK/WORLD_SIZE; a launcher started inside a Slurm step sees the step's SLURM_* variables too, so srun's own
-# tasks come after every launcher (and after variables set by hand).
-DETECTION_ORDER = (HOROVODRUN, ACCELERATE, TORCHRUN, BY_HAND, SRUN, PYTHON)
+# every launcher by its name: what launching reads of a backend registry entry (distbench/launching/commands.py)
+LAUNCHERS: dict[str, Launcher] = {
+    launcher.name: launcher for launcher in (PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN)
+}
 
 
 def resolve(argv: list[str]) -> list[str]:

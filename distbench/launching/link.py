@@ -16,6 +16,7 @@ one this was built on), so latency is not simulated; tbf's queue adds at most `l
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -24,8 +25,6 @@ import sys
 
 from distbench.errors import UserError
 
-RATE_ENV = "DISTBENCH_LINK_RATE"  # the rate of the link a run's traffic crosses, as given (the record's link_rate)
-MODE_ENV = "DISTBENCH_LINK_MODE"  # shared (one bucket on loopback) or per-node (netns.py): the record's link_mode
 MODES = ("shared", "per-node")
 OUTER_NETNS_ENV = "DISTBENCH_OUTER_NETNS"  # the namespace the command was started in: never shaped
 UNSHAPED = "none"
@@ -145,16 +144,48 @@ def shape(rate: str) -> None:
     _tc("tc", "qdisc", "replace", "dev", "lo", "root", *tbf_args(bits))
 
 
-def run_env(rate: str, mode: str = MODES[0]) -> dict[str, str]:
-    """The variables of a run on a link of `rate`: the record reads the rate and the mode from them."""
-    return {RATE_ENV: rate, MODE_ENV: mode} if parse_rate(rate) is not None else {MODE_ENV: mode}
+def format_rate(bits: float | None) -> str:
+    """A rate as this module writes it: the largest unit it reaches, to 6 significant digits ("100mbit", "2.5gbit"),
+    UNSHAPED for None. parse_rate reads it back."""
+    if bits is None:
+        return UNSHAPED
+    unit = next((u for u in ("gbit", "mbit", "kbit") if bits >= _UNITS[u]), "kbit")
+    return f"{bits / _UNITS[unit]:.6g}{unit}"
 
 
-def recorded(env=os.environ) -> str | None:
-    """The link rate of this run for the record: None when its traffic crossed an unshaped loopback."""
-    return env.get(RATE_ENV) or None
+def canonical_rate(text: str) -> str:
+    """A rate as given ("1000mbit", " 1Gbit") in the one form records and names use ("1gbit"); checked."""
+    return format_rate(parse_rate(text))
 
 
-def recorded_mode(env=os.environ) -> str:
-    """How this run's link was made (MODES); shared where nothing was said (a run outside a sweep)."""
-    return env.get(MODE_ENV) or MODES[0]
+def same_rate(a: str, b: str) -> bool:
+    """Whether two rates are the same link: tc keeps a rate in whole bytes per second, so a rate read back from the
+    kernel may differ from the one given by less than 0.1 %."""
+    x, y = parse_rate(a), parse_rate(b)
+    return x == y if x is None or y is None else abs(x - y) <= 1e-3 * max(x, y)
+
+
+def _read(*args: str) -> list[dict]:
+    """iproute2's JSON answer to a read-only query of this process's network namespace ([] where it cannot answer)."""
+    try:
+        proc = subprocess.run([_tool(args[0]), "-j", *args[1:]], capture_output=True, text=True, timeout=10)
+        return json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else []
+    except (UserError, OSError, subprocess.TimeoutExpired, json.JSONDecodeError):
+        return []
+
+
+def observe() -> dict[str, str]:
+    """The link this process's traffic to other nodes crosses, as its network namespace has it, for the record:
+    per-node where the process is in a node namespace of netns.py (its eth0 on the switch's subnet), else shared
+    (loopback); the rate of the token bucket on that interface (UNSHAPED: none there, or nothing to read it with)."""
+    from distbench.launching import netns  # netns builds on this module
+
+    on_switch = any(
+        a.get("local", "").startswith(netns.SUBNET)
+        for dev in _read("ip", "addr", "show", "dev", netns.IFACE)
+        for a in dev.get("addr_info", [])
+    )
+    dev = netns.IFACE if on_switch else "lo"
+    buckets = [q for q in _read("tc", "qdisc", "show", "dev", dev) if q.get("kind") == "tbf"]
+    bits = 8 * buckets[0]["options"]["rate"] if buckets else None
+    return {"link_rate": format_rate(bits), "link_mode": MODES[1] if on_switch else MODES[0]}

@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from distbench.errors import UserError
-from distbench.launching.launch import ACCELERATE, HOROVODRUN, LOOPBACK, PYTHON, SRUN, TORCHRUN, Launcher
+from distbench.launching.launch import ACCELERATE, HOROVODRUN, PYTHON, SRUN, TORCHRUN, Launcher
+from distbench.process import LOOPBACK
 
 SRUN_KILL = ["--kill-on-bad-exit=1"]  # a task that fails ends its step: the other nodes do not wait on it
 

@@ -13,7 +13,7 @@ nodes separated by "/"), and each process confines itself to its node's share be
 (`confine`). That works for every launcher: horovodrun starts all nodes' processes from one driver, so they
 cannot inherit a per-node affinity mask. The agents of torchrun and accelerate launch are also started under
 `taskset`, so that the launcher itself runs on its node's share. Threads per process then follow from the share
-(config.default_threads), and several processes of one node pin within it (distbench/launching/affinity.py).
+(machine.default_threads), and several processes of one node pin within it (distbench/launching/affinity.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from distbench.errors import UserError
 from distbench.launching.affinity import pin_threads
-from distbench.launching.launch import HOROVODRUN, LOOPBACK, LaunchEnv, Launcher, free_port
+from distbench.launching.launch import HOROVODRUN, Launcher
+from distbench.process import LOOPBACK, LaunchEnv, free_port
 
 NODE_CORES_ENV = "DISTBENCH_NODE_CORES"
 # Horovod: host names that horovodrun runs without ssh because their address is this machine's; in a private

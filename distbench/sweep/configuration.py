@@ -5,8 +5,12 @@ Each field of `SweepConfig` is one axis (the task too: a report may hold several
 
 - `record`: the record field that carries it (threads: `threads_per_process`), read back with the default a
   record from before the axis existed had;
-- `option`, `help`, `parse`: the `compare` option that sweeps it (a comma-separated list; `--nprocs` is per node:
-  the world size is nodes x processes per node, the one derived axis);
+- `sets`: the run option (config.py's RunConfig field) that puts a run on its value: its compare option, parser,
+  help and default follow from that option's declaration, and `run_args` passes it;
+- `placed`: the placement field (launching/placement.py) it is: its option, parser, help and default follow from
+  there (`--nprocs` is per node: the world size is nodes x processes per node, the one derived axis);
+- `option`, `help`, `parse`: the `compare` option that sweeps an axis that is neither (the backends); `swept=False`:
+  compare takes no list of it (the task; threads, which the sweep sets from --threads or the cores);
 - `reference`: its value in the reference configuration (`single` x1: one process, one node, no link, nothing
   compressed), or KEEP where the reference takes the configuration's own;
 - `held`: whether a verdict holds it equal between the two configurations it compares (two backends at different
@@ -26,9 +30,10 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from distbench.backends import DISTRIBUTED, NAMES, REFERENCE
-from distbench.config import GradCompression, to_args
+from distbench.config import FIELDS, GradCompression, flag, to_args
 from distbench.errors import UserError
 from distbench.launching import link
+from distbench.launching.placement import PLACEMENT, Placement
 
 KEEP = object()  # the reference keeps the configuration's own value on this axis
 
@@ -72,14 +77,25 @@ def _one_of(allowed) -> Callable[[str, str], list[str]]:
     return parse
 
 
-_compressions = _one_of(tuple(GradCompression.__members__))
+def _run_option_values(name: str) -> Callable[[str, str], list]:
+    """The parser of a comma-separated list of run option `name`'s values: of its type, each one of its choices and
+    passing its checks, as config.py declares them."""
+    declared = FIELDS[name]
+    kind, choices = type(declared.default), declared.metadata["choices"]
 
+    def parse(text: str, option: str) -> list:
+        values = _one_of(tuple(choices.__members__))(text, option) if choices else _csv(text, option)
+        try:
+            values = [kind(v) for v in values]
+        except ValueError:
+            raise UserError(f"{option} must be comma-separated integers, got {text!r}") from None
+        for v in values:
+            for check in declared.metadata["checks"]:
+                if (error := check.error(option, v)) is not None:
+                    raise UserError(error)
+        return values
 
-def _rates(text: str, option: str) -> list[str]:
-    values = _csv(text, option)
-    for v in values:
-        link.parse_rate(v)  # a bad rate is one line
-    return values
+    return parse
 
 
 def _rate_order(rate: str) -> float:
@@ -94,6 +110,9 @@ def _rate_order(rate: str) -> float:
 def axis(
     default=None,
     *,
+    sets: str | None = None,
+    placed: str | None = None,
+    swept: bool = True,
     record: str | None = None,
     option: str | None = None,
     help: str = "",
@@ -104,9 +123,22 @@ def axis(
     text: Callable[[Any], str] | None = None,
     order: Callable[[Any], Any] = lambda v: v,
 ) -> Any:
+    """A SweepConfig field with its declaration (the module docstring). An axis that `sets` a run option (config.py)
+    or is a `placed` field (launching/placement.py) takes its compare option, parser, help and default from that
+    declaration; `swept`: compare takes a list of its values (else the sweep sets it itself)."""
+    if sets is not None:
+        default = FIELDS[sets].default
+        option, parse = flag(sets), _run_option_values(sets)
+        help = "Comma-separated, a sweep axis: " + FIELDS[sets].metadata["help"]
+    elif placed is not None:
+        declared = PLACEMENT[placed]
+        default = declared.default if default is None else default
+        option, help = declared.flag, "Comma-separated, a sweep axis. " + declared.help
+        parse = lambda text, _option: declared.values(text)  # noqa: E731
     meta = {
+        "sets": sets,
         "record": record,
-        "option": option,
+        "option": option if swept else None,
         "help": help,
         "parse": parse,
         "reference": reference,
@@ -125,76 +157,59 @@ _COMPRESSION_ORDER = list(GradCompression.__members__)
 class SweepConfig:
     """What one run of a sweep is: its task and its value on every axis."""
 
-    task: str = axis(held=True)
-    backend: str = axis(
+    task: str = axis(swept=False, held=True)
+    backend: str = axis(  # the backend's own program names it (registry: spec.program), not run_args
         option="--backends",
         help="Comma-separated backends.",
         parse=_backends,
         reference=REFERENCE,
         order=lambda b: NAMES.index(b) if b in NAMES else len(NAMES),
     )
-    world_size: int = axis(
-        option="--nprocs",
-        parse=positive_ints,
-        reference=1,
+    world_size: int = axis(placed="nprocs", reference=1, held=True)  # --nprocs is per node: x nodes
+    threads: int = axis(
+        sets="threads",
+        swept=False,
+        record="threads_per_process",
         held=True,
-        help="Comma-separated processes per node (the world size is nodes x processes).",
+        name=lambda t: f"t{t}",
+        text=lambda t: f"t{t}",
     )
-    threads: int = axis(record="threads_per_process", held=True, name=lambda t: f"t{t}", text=lambda t: f"t{t}")
-    accumulate: int = axis(
-        1,
-        option="--accumulate",
-        parse=positive_ints,
-        help="Comma-separated micro-batches per step, a sweep axis.",
-        name=lambda k: f"acc{k}",
-        text=lambda k: f"acc{k}",
-    )
+    accumulate: int = axis(sets="accumulate", name=lambda k: f"acc{k}", text=lambda k: f"acc{k}")
     grad_compression: str = axis(
-        GradCompression.none.value,
-        option="--grad-compression",
-        parse=_compressions,
-        help="Comma-separated gradient compressions (none, fp16, bf16), a sweep axis.",
+        sets="grad_compression",
         reference=GradCompression.none.value,
         name=str,
         text=str,
         order=lambda c: _COMPRESSION_ORDER.index(c) if c in _COMPRESSION_ORDER else 99,
     )
     nodes: int = axis(
-        1,
-        option="--nodes",
-        parse=positive_ints,
+        placed="nodes",
         reference=1,
         held=True,
-        help="Comma-separated simulated node counts, a sweep axis: each node runs --nprocs processes on "
-        "its own share of the cores, started with the launcher's multi-node form.",
         name=lambda k: f"{k}nodes" if k > 1 else "",
         text=lambda k: f"{k} node{'s' if k > 1 else ''}",
     )
     link_rate: str = axis(
-        link.UNSHAPED,
-        option="--link-rate",
-        parse=_rates,
+        placed="link_rate",
         reference=link.UNSHAPED,
         held=True,
-        help="Comma-separated link rates (e.g. none,1gbit,100mbit), a sweep axis: the sweep runs in "
-        "a private network namespace whose loopback is shaped with tc (needs root or user "
-        "namespaces).",
         name=lambda r: f"link-{r}" if r != link.UNSHAPED else "",
         text=lambda r: "unshaped" if r == link.UNSHAPED else f"@{r}",
         order=_rate_order,
     )
     link_mode: str = axis(
-        link.MODES[0],
-        option="--link-mode",
-        parse=_one_of(link.MODES),
+        placed="link_mode",
         reference=link.MODES[0],
         held=True,
-        help="Comma-separated link modes, a sweep axis: shared (one token bucket on loopback for all traffic, a hub) "
-        "or per-node (each simulated node in a network namespace of its own with a NIC of --link-rate each way on "
-        "a switch); docs/commbench.md.",
         name=lambda m: "" if m == link.MODES[0] else m,
         text=lambda m: f"{m} link",
     )
+
+    @classmethod
+    def placed(cls, backend: str, placement: Placement, **axes) -> SweepConfig:
+        """The configuration of `backend` placed as `placement` says (a single job's: simulate, commbench)."""
+        where = {"world_size": placement.world_size, "nodes": placement.nodes}
+        return cls(backend=backend, **where, link_rate=placement.link_rate, link_mode=placement.link_mode, **axes)
 
     # ---- identity ------------------------------------------------------------------------------------------------
     @property
@@ -248,12 +263,32 @@ class SweepConfig:
 
     @classmethod
     def from_record(cls, rec: dict) -> SweepConfig:
-        """The configuration a record ran; a record from before an axis existed had that axis's default."""
-        return cls(**{f.name: rec.get(f.metadata["record"] or f.name, f.default) for f in fields(cls)})
+        """The configuration a record ran: an axis that sets a run option as the record's own `config` says (what the
+        run was given), else its record field; a record from before an axis existed had that axis's default."""
+        config = rec.get("config") or {}
+        values = {}
+        for f in fields(cls):
+            value = rec.get(f.metadata["record"] or f.name, f.default)
+            if f.metadata["sets"] and config.get(f.metadata["sets"]) is not None:
+                value = config[f.metadata["sets"]]
+            values[f.name] = value
+        return cls(**values)
+
+    def differences(self, ran: SweepConfig) -> list[str]:
+        """How the configuration a run recorded (`ran`, what its processes found) differs from this one, planned:
+        "link_rate: planned 100mbit, the run's 1gbit" for each axis (a link's rate read back from the kernel may
+        differ from the one given by tc's rounding: link.same_rate)."""
+        said = []
+        for f in fields(self):
+            planned, found = getattr(self, f.name), getattr(ran, f.name)
+            if planned != found and not (f.name == "link_rate" and link.same_rate(planned, found)):
+                said.append(f"{f.name}: planned {planned}, the run's {found}")
+        return said
 
     def run_values(self) -> dict:
-        """The run options this configuration sets, as RunConfig's fields (the launcher and the link set the rest)."""
-        return {"threads": self.threads, "accumulate": self.accumulate, "grad_compression": self.grad_compression}
+        """The run options this configuration sets, as RunConfig's fields: each axis that `sets` one (the backend's
+        program names the backend, the launcher and the link make the rest)."""
+        return {f.metadata["sets"]: getattr(self, f.name) for f in fields(self) if f.metadata["sets"]}
 
     def run_args(self) -> list[str]:
         """The run.py options that put a run on this configuration."""

@@ -9,6 +9,9 @@ start; an executor knows nothing of rounds or statistics. `Executor` is the seam
   distbench's that writes out_json: the commbench worker) as that configuration, wait for it within the timeout, and
   return its record (or a failure record with the cause), with the command that started it.
 
+`run` is the same for every executor (`run_one` waits and collects the record); what differs is how a run starts,
+`start(config, args, program)`, and what the executor adds to its record, `add_facts(record, config)`.
+
 `LocalExecutor` runs on this machine: each backend's usual launcher, as simulated nodes with the launcher's
 multi-node form when the configuration has several, over a shaped link when it has one. A cluster scheduler is
 another executor.
@@ -17,22 +20,25 @@ another executor.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from distbench.backends import DISTRIBUTED, get_spec
-from distbench.config import available_cpus
 from distbench.errors import UserError
 from distbench.launching import link, netns, topology
+from distbench.launching.commands import usual_launcher
 from distbench.launching.launch import HOROVODRUN, local_argv, resolve
 from distbench.launching.netns import NodeNetwork
+from distbench.machine import available_cpus
+from distbench.records import read_records
 from distbench.sweep.configuration import SweepConfig
 
 SCHEDULERS = ("local", "slurm")
@@ -49,9 +55,38 @@ def executor_for(scheduler: str, slurm_launch: str = "usual") -> Executor:
     return LocalExecutor()
 
 
-class Executor(Protocol):
-    def check(self, configs: list[SweepConfig]) -> None: ...
-    def cpus_per_node(self, nodes: int) -> int: ...
+@dataclass(frozen=True)
+class Started:
+    """One run, ready to start: its commands (started together), the variables they get beyond this process's
+    environment, the line its record shows, and what else ends it on a timeout or Ctrl-C (a scheduler's step)."""
+
+    commands: list[list[str]]
+    env: dict[str, str]
+    shown: str
+    stop: Callable[[], None] | None = None
+
+
+class Executor(ABC):
+    """Where and how a configuration's processes start; `run` is every executor's, the rest each one's own."""
+
+    @abstractmethod
+    def check(self, configs: list[SweepConfig]) -> None:
+        """Refuse, in one line (UserError) and before any run, what cannot run where this executor runs it."""
+
+    @abstractmethod
+    def cpus_per_node(self, nodes: int) -> int:
+        """The CPUs each of `nodes` nodes has for one run."""
+
+    @abstractmethod
+    def start(
+        self, config: SweepConfig, args: list[str], program: list[str] | None
+    ) -> contextlib.AbstractContextManager[Started]:
+        """A context in which `config`'s run can start: what starts it, and whatever it needs while it runs."""
+
+    def add_facts(self, record: dict, config: SweepConfig) -> dict:
+        """The record with what this executor knows of the run that the run does not (none by default)."""
+        return record
+
     def run(
         self,
         config: SweepConfig,
@@ -60,7 +95,14 @@ class Executor(Protocol):
         log: Path,
         timeout_s: float,
         program: list[str] | None = None,
-    ) -> dict: ...
+    ) -> dict:
+        """Run `run.py ARGS` (or `program`, what follows python, which writes `out_json`) as `config`, its output in
+        `log`, stopped past `timeout_s`: its record, or a failure record whose last line is the cause; either with
+        the command that started it."""
+        with self.start(config, args, program) as started:
+            record = run_one(started.commands, out_json, timeout_s, log, started.env, started.stop)
+        record["command"] = started.shown
+        return self.add_facts(record, config)
 
 
 def launch_config(
@@ -77,10 +119,10 @@ def launch_config(
     spec = get_spec(backend)
     program = program or spec.program(args)
     if nodes == 1:
-        return topology.NodeLaunch([local_argv(spec.launchers[0], program, world_size)], {})
+        return topology.NodeLaunch([local_argv(usual_launcher(backend), program, world_size)], {})
     if net is None:
-        return topology.node_launch(spec.launchers[0], program, nodes, world_size // nodes)
-    if spec.launchers[0] is HOROVODRUN:  # one horovodrun at the switch; each worker enters its node
+        return topology.node_launch(usual_launcher(backend), program, nodes, world_size // nodes)
+    if usual_launcher(backend) is HOROVODRUN:  # one horovodrun at the switch; each worker enters its node
         (argv,) = HOROVODRUN.commands([], world_size // nodes, topology.hosts(HOROVODRUN, nodes))
         cores = topology.SimulatedNodes.split(nodes).env_value()
         started = topology.NodeLaunch(
@@ -88,7 +130,7 @@ def launch_config(
         )
     else:
         addrs = [netns.node_addr(i) for i in range(nodes)]
-        started = topology.node_launch(spec.launchers[0], program, nodes, world_size // nodes, addrs, net.wrap)
+        started = topology.node_launch(usual_launcher(backend), program, nodes, world_size // nodes, addrs, net.wrap)
     return topology.NodeLaunch(started.commands, {**started.env, **net.env()})
 
 
@@ -103,7 +145,7 @@ def link_error(config: SweepConfig) -> str | None:
     return None
 
 
-class LocalExecutor:
+class LocalExecutor(Executor):
     """This machine: simulated nodes on their own cores, a shaped loopback in a private network namespace."""
 
     def check(self, configs: list[SweepConfig]) -> None:
@@ -114,7 +156,7 @@ class LocalExecutor:
                 raise UserError(error)
             if c.nodes > 1:
                 topology.SimulatedNodes.split(c.nodes)  # a core per node
-                launcher = get_spec(c.backend).launchers[0]
+                launcher = usual_launcher(c.backend)
                 if c.backend in DISTRIBUTED:
                     topology.hosts(launcher, c.nodes)
         if any(self._per_node(c) for c in configs) and os.geteuid() != 0:
@@ -146,30 +188,20 @@ class LocalExecutor:
         finally:
             net.down()
 
-    def run(
-        self,
-        config: SweepConfig,
-        args: list[str],
-        out_json: Path,
-        log: Path,
-        timeout_s: float,
-        program: list[str] | None = None,
-    ) -> dict:
+    @contextlib.contextmanager
+    def start(self, config: SweepConfig, args: list[str], program: list[str] | None = None) -> Iterator[Started]:
+        """The backend's usual launcher (as simulated nodes where `config` has several), inside the run's links."""
         with self.links(config) as net:
-            started = launch_config(config.backend, config.world_size, config.nodes, args, program, net)
-            env = {**started.env, **link.run_env(config.link_rate, config.link_mode)}
-            record = run_one([resolve(c) for c in started.commands], out_json, timeout_s, log, env)
-        record["command"] = started.shell()
-        return record
+            launch = launch_config(config.backend, config.world_size, config.nodes, args, program, net)
+            yield Started([resolve(c) for c in launch.commands], launch.env, launch.shell())
 
     def run_attached(self, config: SweepConfig, args: list[str], timeout_s: float) -> int:
         """One job in the foreground, its output to this terminal: its exit code. Past the timeout its processes are
         stopped and subprocess.TimeoutExpired raised."""
-        with self.links(config) as net:
-            started = launch_config(config.backend, config.world_size, config.nodes, args, net=net)
-            print(f"running ({config.link_said()}): {started.shell()}", file=sys.stderr, flush=True)
-            env = {**os.environ, **started.env, **link.run_env(config.link_rate, config.link_mode)}
-            procs = [subprocess.Popen(resolve(cmd), env=env, start_new_session=True) for cmd in started.commands]
+        with self.start(config, args) as started:
+            print(f"running ({config.link_said()}): {started.shown}", file=sys.stderr, flush=True)
+            env = {**os.environ, **started.env}
+            procs = [subprocess.Popen(cmd, env=env, start_new_session=True) for cmd in started.commands]
             try:
                 return wait_all(procs, timeout_s)
             except (subprocess.TimeoutExpired, KeyboardInterrupt):
@@ -275,7 +307,7 @@ def run_one(
             error += f"\nexited 0 without writing its record {out_json}"
         error = error.strip() or f"exit code {rc}, nothing in its log"
         return {"status": "failed", "returncode": rc, "error": error, "elapsed_s": elapsed}
-    record = json.loads(out_json.read_text())
+    (record,) = read_records(out_json)
     record["status"] = "ok"
     record["elapsed_s"] = elapsed
     if record.get("first_step_unix"):

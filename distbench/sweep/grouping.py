@@ -2,7 +2,8 @@
 
 A *configuration* is what a sweep varies (distbench/sweep/configuration.py: task, backend, world size, threads per
 process and the other axes); each is run once per round. Speed-up and every comparison are paired within a round
-(distbench/sweep/stats.py). The report (report.py) and its summary in words (summary.py) read them from here.
+(distbench/sweep/stats.py). The report's figures and verdicts (verdicts.py), its summary in words (summary.py) and
+its plots read them from here.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
 
+from distbench.records import read_jsonl
 from distbench.sweep import stats
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.stats import Summary
-from distbench.training.reporter import read_jsonl
 
 REQUIRED = ("task", "backend", "world_size", "status")  # what a line of results.jsonl must hold to be reported
 
@@ -67,12 +68,15 @@ class Config:
 
     @property
     def ok(self) -> list[dict]:
+        """The runs that completed."""
         return [r for r in self.runs if r["status"] == "ok"]
 
     def by_round(self, metric: str = "samples_per_sec") -> dict[int, float]:
+        """The completed runs' `metric` by round (the pairing of the paired ratios); rounds without one left out."""
         return {r["round"]: r[metric] for r in self.ok if r.get(metric)}
 
     def summary(self, metric: str = "samples_per_sec") -> Summary | None:
+        """The median of `metric` over the completed runs, with its interval (stats.summarize)."""
         return stats.summarize([_get(r, metric) for r in self.ok])
 
     def median(self, metric: str):
@@ -123,6 +127,7 @@ def speedup(cfg: Config, configs: list[Config]) -> Summary | None:
 
 
 def scaled(s: Summary | None, k: float) -> Summary | None:
+    """The summary divided by `k` (a speed-up by the world size: the scaling efficiency); None stays None."""
     if s is None:
         return None
     return Summary(

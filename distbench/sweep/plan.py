@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from distbench.config import available_cpus
+from distbench.machine import available_cpus
 from distbench.sweep.configuration import AXES, SWEPT, SweepConfig
 
 

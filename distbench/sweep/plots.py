@@ -122,6 +122,7 @@ def _memory_plot(plt, configs: list[Config], task: str, path: Path) -> None:
 
 
 def plots(records: list[dict], plot_dir: Path) -> None:
+    """Each task's plots (PLOTS) in `plot_dir`, as {task}-{name}.png."""
     import matplotlib
 
     matplotlib.use("Agg")

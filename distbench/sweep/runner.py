@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from distbench.records import append_line, to_json
+from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.executor import Executor
 from distbench.sweep.plan import Planned
-from distbench.training.reporter import append_line, to_json
 
 RESULTS = "results.jsonl"
 
@@ -70,8 +71,8 @@ def run_planned(
     label = f"{progress} {config.name()}"
     print(f"{label}: running", file=sys.stderr, flush=True)
     log = sweep.out / "runs" / f"{name}.log"
-    record = executor.run(config, args, out_json, log, sweep.timeout_s)
-    record.update(config.to_record(), baseline=planned.baseline, round=round_no, order=position)
+    record = checked(config, executor.run(config, args, out_json, log, sweep.timeout_s))
+    record.update(baseline=planned.baseline, round=round_no, order=position)
     record["log"] = str(log.relative_to(sweep.out))  # the run's whole output, beside results.jsonl
     append_line(sweep.out / RESULTS, to_json(record, sort_keys=True))
     if record["status"] == "ok":
@@ -79,6 +80,19 @@ def run_planned(
     else:
         said = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
     print(f"{label}: {said}", file=sys.stderr, flush=True)
+    return record
+
+
+def checked(config: SweepConfig, record: dict) -> dict:
+    """The record of a run of `config`: the run's own where it wrote one that agrees with the plan on every axis (its
+    processes recorded what they found: world, nodes, threads, link), else a failure saying how it differs. A run
+    that wrote none is recorded as planned, failed, with its cause."""
+    if record["status"] != "ok":
+        return {**record, **config.to_record()}
+    differences = config.differences(SweepConfig.from_record(record))
+    if differences:
+        error = "the run did not run as planned: " + "; ".join(differences)
+        return {**record, **config.to_record(), "status": "failed", "error": error}
     return record
 
 

@@ -54,12 +54,16 @@ _NOT_SETTINGS |= {"progress", "log_every", "data_dir", "checkpoint_dir"}
 
 @dataclass(frozen=True)
 class Difference:
+    """A setting in which two sweeps differ: its values in the baseline and the new sweep, and whether it makes them
+    incomparable (settings.INCOMPARABLE)."""
+
     setting: str
     old: str
     new: str
     incomparable: bool
 
     def text(self) -> str:
+        """The difference in words: "steps 5 (baseline) vs 10"."""
         return f"{self.setting} {self.old} (baseline) vs {self.new}"
 
 

@@ -12,7 +12,7 @@ Why these (docs/statistics.md says it for users):
 - **Verdict**: a difference is reported when the interval of the paired ratio excludes 1, and "no measurable
   difference" otherwise, with the interval, so that a reader sees how large a difference could still hide.
 
-Nothing here knows about records; `distbench.sweep.report` feeds it numbers.
+Nothing here knows about records; grouping.py and verdicts.py feed it numbers.
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ class Summary:
 
     @property
     def has_interval(self) -> bool:
+        """Whether there were enough values for an interval (MIN_FOR_INTERVAL)."""
         return self.lo is not None
 
     def interval(self, spec: str = ".2f") -> str:
+        """The interval as "lo-hi" in `spec`, "—" without one."""
         if not self.has_interval:
             return "—"
         if spec == ".2f" and "1.00" in (f"{self.lo:.2f}", f"{self.hi:.2f}"):
@@ -72,6 +74,7 @@ def bootstrap_interval(values: list[float], level: float = LEVEL, n_boot: int = 
 
 
 def summarize(values: list[float]) -> Summary | None:
+    """The Summary of the finite values given (None and non-finite ones left out); None where none is left."""
     values = [float(v) for v in values if v is not None and np.isfinite(v)]
     if not values:
         return None

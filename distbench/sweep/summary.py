@@ -98,6 +98,7 @@ def _startup_line(task_configs: list[Config]) -> str | None:
 
 
 def failures_line(records: list[dict], label: Callable[[dict], str]) -> str:
+    """How many runs failed, and of which configurations (`label`: a record's configuration's label)."""
     failed = [r for r in records if r["status"] != "ok"]
     if not failed:
         return f"- Failures: none of the {len(records)} runs."

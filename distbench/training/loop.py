@@ -18,16 +18,19 @@ from datetime import UTC, datetime
 
 import torch
 
+from distbench import process
 from distbench.backends import get_spec
 from distbench.backends.base import Backend, ReduceOp
-from distbench.config import RunConfig, check_output_writable, default_threads, validate
+from distbench.config import RunConfig, check_output_writable, validate
 from distbench.data import download
 from distbench.errors import UserError
-from distbench.launching import affinity, launch, topology
+from distbench.launching import affinity, topology
+from distbench.launching.commands import check_launch
+from distbench.machine import default_threads
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
 from distbench.training import checkpoint, fairness, memory, rng
-from distbench.training.record import Facts, build_record
+from distbench.training.record import Facts, RunResult, build_record
 from distbench.training.reporter import Reporter
 from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, StartupClock, StepTimer, warmup_steps
 
@@ -86,7 +89,7 @@ def lockstep(loader, backend: Backend):
         yield first, False
 
 
-def _inject_fault(launch_env: launch.LaunchEnv, step: int) -> None:
+def _inject_fault(launch_env: process.LaunchEnv, step: int) -> None:
     """Failure injection for the reliability tests: DISTBENCH_FAULT=kill:RANK:STEP SIGKILLs that rank after
     that global step, on the first attempt only (a torchrun restart then runs clean)."""
     spec = os.environ.get("DISTBENCH_FAULT")
@@ -222,6 +225,24 @@ class Trainer:
             return list(self.prior_losses)
         return self.prior_losses + self.backend.all_reduce(torch.stack(self.losses), ReduceOp.AVG).tolist()
 
+    def result(self) -> RunResult:
+        """What this run's training left for its record (a collective: the loss history; every rank calls it)."""
+        parts = self.parts
+        return RunResult(
+            backend=self.backend,
+            cfg=self.cfg,
+            task=self.task.name,
+            accuracy_meaningful=getattr(self.task, "accuracy_meaningful", True),  # optional in the Task interface
+            model=parts.model,
+            dataset=parts.dataset_info,
+            data_fingerprint=parts.data_fingerprint,
+            steps_per_epoch=parts.steps_per_epoch,
+            steps=self.step,
+            loss_history=self.loss_history(),
+            memory=self.memory,
+            time_to_target_s=self.time_to_target_s,
+        )
+
     def shows(self, step: int) -> bool:
         """Whether the progress bar shows this step's loss: the global mean, as the record keeps it, a collective.
         The same answer on every rank (the options, never is_main): every rank must join that all-reduce, though only
@@ -345,9 +366,9 @@ def busy_warning(short: int | None, threads: int) -> str | None:
 def run(cfg: RunConfig) -> dict:
     """Check, set up the backend, train, write the record on the main process, tear down."""
     clock = StartupClock()
-    launch_env = launch.current()  # before the backend's setup, which may write launch variables
+    launch_env = process.current()  # before the backend's setup, which may write launch variables
     spec = get_spec(cfg.backend)
-    spec.check_launch(launch_env)
+    check_launch(cfg.backend, launch_env)
     node_cores = topology.confine(launch_env)  # a simulated node: its share of the cores, before any thread starts
     cfg = with_defaults(cfg)
     validate(cfg, launch_env.world_size)
@@ -385,7 +406,8 @@ def run(cfg: RunConfig) -> dict:
     facts.short_threads = busy_machine(backend, threads, facts.cores, alone)
     if (busy := busy_warning(facts.short_threads, threads)) is not None:
         reporter.info(busy)
-    record = build_record(trainer, facts, *trainer.train())
+    timer, evals = trainer.train()
+    record = build_record(trainer.result(), facts, timer, evals)
     reporter.write_record(record, cfg.output)
     reporter.summary(record, cfg.output)
     backend.teardown()

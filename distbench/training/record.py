@@ -11,21 +11,17 @@ import resource
 import time
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-import distbench
 from distbench.backends.base import Backend, ReduceOp
-from distbench.config import available_cpus
+from distbench.config import RunConfig
 from distbench.launching import link, topology
 from distbench.launching.affinity import current_cores, load_average
-from distbench.training.timer import StartupClock
-
-if TYPE_CHECKING:
-    from distbench.training.loop import Trainer
-    from distbench.training.timer import StepTimer
+from distbench.machine import available_cpus
+from distbench.records import SCHEMA_VERSION
+from distbench.training.timer import StartupClock, StepTimer
 
 
 @dataclass
@@ -40,6 +36,25 @@ class Facts:
     # as training starts, the most threads of one process that found no core free of other processes' computing
     # threads (training/loop.py busy_machine); None: not looked at (GPU, or ranks sharing their cores)
     short_threads: int | None = None
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a process's training left for its record (Trainer.result): the run's backend and options, and what it
+    trained, to what loss and in how many steps. The record reads the run from this value, never from the Trainer."""
+
+    backend: Backend  # set up, for the record's collectives (the ranks' placement, memory, fingerprints)
+    cfg: RunConfig  # as the run used them: the task's defaults and the threads filled in
+    task: str
+    accuracy_meaningful: bool  # False: synthetic data
+    model: nn.Module  # as the backend wrapped it
+    dataset: dict  # the datasets' description (name, source, sizes)
+    data_fingerprint: int  # of this rank's datasets (training/fairness.py)
+    steps_per_epoch: int
+    steps: int  # global steps done, counting those before a resume
+    loss_history: list[float]  # the global mean loss of every step, those before a resume included
+    memory: dict  # training/memory.py per_rank, at the end of training
+    time_to_target_s: float | None  # training time until --target-accuracy was first reached
 
 
 def _version(pkg: str) -> str | None:
@@ -148,6 +163,12 @@ def placement(backend: Backend) -> list[tuple[int, list[int]]]:
     return [(int(row[0]), torch.nonzero(row[1:]).flatten().tolist()) for row in rows]
 
 
+def fingerprints(backend: Backend, mine: int) -> list[int]:
+    """Each rank's fingerprint of its datasets, in rank order (a collective): all equal when every rank has the same
+    data."""
+    return backend.all_gather(torch.tensor(mine, device=backend.device)).cpu().tolist()
+
+
 def param_checksum(backend: Backend, model) -> float:
     """The sum of every parameter, whole (a sharded model's state dict gathers them: a collective)."""
     state = backend.model_state_dict(model)
@@ -156,28 +177,32 @@ def param_checksum(backend: Backend, model) -> float:
     return float(sum(state[name].double().sum() for name, _ in backend.unwrap(model).named_parameters()))
 
 
-def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[dict]) -> dict:
-    backend, cfg, parts = trainer.backend, trainer.cfg, trainer.parts
-    loss_history = trainer.loss_history()
+def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dict]) -> dict:
+    """The results record (fields: docs/architecture.md) from what the training left, this process's facts, the step
+    timer and every evaluation (the last at the end). Called on every rank, whose collectives need all of them (peak
+    memory, checksum, placement, bytes written, fingerprints); only the main process writes it."""
+    backend, cfg = run.backend, run.cfg
     peak = backend.all_reduce(torch.tensor([peak_memory_mb(backend)], device=backend.device), ReduceOp.MAX).item()
-    checksum = param_checksum(backend, parts.model)
+    checksum = param_checksum(backend, run.model)
     final = evals[-1]
     first_step = timer.first_step_unix
     if first_step is not None:
         facts.startup.mark("first_step", at=first_step)
     topo = topology.describe(backend.launch, placement(backend))
     return {
-        "schema_version": distbench.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "backend": backend.name,
-        "task": trainer.task.name,
+        "task": run.task,
         "world_size": backend.world_size,
+        "nodes": topo["nodes"],  # as the processes found them (topology), the sweep's axis
+        "threads_per_process": cfg.threads,  # the sweep's axis (also in environment)
         "global_batch_size": cfg.batch_size,
         "per_rank_batch_size": cfg.batch_size // backend.world_size,
         "seed": cfg.seed,
-        "steps": trainer.step,
-        "resumed_from_step": trainer.step - timer.steps,
-        "steps_per_epoch": parts.steps_per_epoch,
-        "epochs": round(trainer.step / parts.steps_per_epoch, 4),
+        "steps": run.steps,
+        "resumed_from_step": run.steps - timer.steps,
+        "steps_per_epoch": run.steps_per_epoch,
+        "epochs": round(run.steps / run.steps_per_epoch, 4),
         "accumulate": cfg.accumulate,
         "micro_batch_size": cfg.batch_size // (backend.world_size * cfg.accumulate),
         "grad_compression": cfg.grad_compression,
@@ -188,35 +213,41 @@ def build_record(trainer: Trainer, facts: Facts, timer: StepTimer, evals: list[d
         "first_step_unix": first_step,  # lets a driver measure launch-to-first-step, launcher included
         "peak_rss_mb": peak,
         # the largest rank's bytes of parameters, gradients and optimizer state it holds (training/memory.py)
-        "memory_per_rank": trainer.memory,
-        "final_loss": loss_history[-1] if loss_history else float("nan"),
-        "loss_history": loss_history,
+        "memory_per_rank": run.memory,
+        "final_loss": run.loss_history[-1] if run.loss_history else float("nan"),
+        "loss_history": run.loss_history,
         "eval_accuracy": final["accuracy"],
         "eval_loss": final["loss"],
         "eval_count": final["count"],
         "eval_history": evals,
         "target_accuracy": cfg.target_accuracy,
-        "time_to_target_s": trainer.time_to_target_s,
+        "time_to_target_s": run.time_to_target_s,
         "param_checksum": checksum,
-        "dataset": parts.dataset_info,
-        # each rank's fingerprint of its datasets, in rank order: all equal when every rank has the same data
-        "data_fingerprints": backend.all_gather(torch.tensor(parts.data_fingerprint, device=backend.device))
-        .cpu()
-        .tolist(),
-        "accuracy_meaningful": getattr(trainer.task, "accuracy_meaningful", True),  # False: synthetic data
-        "environment": environment(backend, cfg.threads, facts.cores),
-        "topology": topo,
-        "load": machine_load(facts, topo, backend.world_size, cfg.threads),
-        "scheduler": scheduler_facts(),  # Slurm's job, step and node of the main process (None: no scheduler)
-        "link_mode": link.recorded_mode(),  # shared (a bucket on loopback) or per-node (a NIC per node; netns.py)
-        "link_rate": link.recorded(),  # the shaped link the run's traffic crossed (launching/link.py); None: unshaped
-        "launcher": backend.launch.launcher,
-        # torchrun: how often this machine's agent had restarted the worker group when this run began
-        "launcher_restarts": backend.launch.restart_count,
+        "dataset": run.dataset,
+        "data_fingerprints": fingerprints(backend, run.data_fingerprint),
+        "accuracy_meaningful": run.accuracy_meaningful,  # False: synthetic data
+        **where_it_ran(backend, cfg.threads, facts, topo),
         "precision": cfg.precision,
         # the largest dropout probability of the model's layers: with dropout on, each rank draws its own masks
-        "dropout_p": dropout_p(backend.unwrap(parts.model)),
+        "dropout_p": dropout_p(backend.unwrap(run.model)),
         "config": cfg.to_dict(),
         "started_at": facts.started_at,
         "wall_time_s": time.time() - facts.startup.process_start,
+    }
+
+
+def where_it_ran(backend: Backend, threads: int, facts: Facts, topo: dict) -> dict:
+    """The record's account of where the run ran: the software and machine, the ranks' nodes and cores, the
+    machine's load, the scheduler, the link between nodes and the launcher."""
+    return {
+        "environment": environment(backend, threads, facts.cores),
+        "topology": topo,
+        "load": machine_load(facts, topo, backend.world_size, threads),
+        "scheduler": scheduler_facts(),  # Slurm's job, step and node of the main process (None: no scheduler)
+        # the link the run's traffic crossed (launching/link.py): its rate ("none": unshaped) and mode (shared: a
+        # bucket on loopback; per-node: a NIC per node, netns.py)
+        **link.observe(),
+        "launcher": backend.launch.launcher,
+        # torchrun: how often this machine's agent had restarted the worker group when this run began
+        "launcher_restarts": backend.launch.restart_count,
     }

@@ -146,7 +146,7 @@ def test_bad_topology_options_are_one_line(tmp_path, args, message):
     [
         (["--repeats", "0"], "--repeats must be positive"),
         (["--nprocs", "1,x"], "--nprocs must be comma-separated integers"),
-        (["--accumulate", "0"], "--accumulate values must be positive"),
+        (["--accumulate", "0"], "--accumulate must be positive, got 0"),  # the run option's own check
         (["--grad-compression", "none,int8"], "--grad-compression: 'int8' is not one of none, fp16, bf16"),
         (["--backends", "ddp,nope"], "nope"),
         (["--threads", "0"], "--threads must be positive"),

@@ -11,7 +11,7 @@ import tarfile
 import pytest
 
 from distbench.data import mr
-from distbench.launching.launch import free_port
+from distbench.process import free_port
 from tests.helpers import ROOT, child_env, run_cmd
 
 # a test that needs the real data, one that needs none

@@ -102,7 +102,7 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
         (["commbench", "--nodes", "1", "--nprocs", "1"], "at least 2 processes"),
     ],
 )
-def test_bad_scaling_input_is_one_line_and_exit_2(tmp_path, args, fragment):
+def test_bad_commbench_or_project_input_is_one_line_and_exit_2(tmp_path, args, fragment):
     if args[0] == "commbench":
         args = [*args, "--out", str(tmp_path / "cb")]
     elif "--output" not in args:

@@ -1,5 +1,6 @@
 """`python run.py` as a user types it: the record it writes, and the launch environment it reads."""
 
+import json
 import os
 import sys
 import time
@@ -14,9 +15,11 @@ def test_single_run_writes_a_complete_record(tmp_path):
     launched = time.time()
     proc = run_py(["--max-steps", "12", "--output", str(out), "--no-progress", "--threads", "1"], tmp_path, expect_rc=0)
     assert "samples/s" in proc.stdout and "accuracy" in proc.stdout
-    from distbench.training.reporter import read_records
+    from distbench.records import SCHEMA_VERSION, read_records
 
     (rec,) = read_records(out)
+    written = json.loads(out.read_text())  # as the run wrote it, not as a reader upgrades it
+    assert (written["schema_version"], written["link_rate"], written["link_mode"]) == (SCHEMA_VERSION, "none", "shared")
     required = (
         "schema_version backend task world_size global_batch_size per_rank_batch_size seed steps epochs "
         "samples_per_sec step_time_ms peak_rss_mb final_loss loss_history eval_accuracy eval_count "

@@ -18,13 +18,13 @@ from tests.helpers import py, run_in
 def test_a_pinned_hand_written_loop_runs_on_its_local_ranks_cores_in_step(tmp_path, backend):
     """Each loop pins as distbench does, and trains through its library's wrapper: its ranks end with the same
     parameters (the DDP and Accelerate loops once called the module under the wrapper and exchanged nothing)."""
-    from distbench.backends import REGISTRY
-    from distbench.config import available_cpus
+    from distbench.launching.commands import usual_launcher
     from distbench.launching.launch import local_argv, resolve
+    from distbench.machine import available_cpus
 
     threads = max(1, available_cpus() // 2)
     program = ["-m", f"benchmarks.handwritten.{backend}_loop", "--steps", "8", "--threads", str(threads), "--pin"]
-    proc = run_in(tmp_path, resolve(local_argv(REGISTRY[backend].launchers[0], program, 2)), timeout=200)
+    proc = run_in(tmp_path, resolve(local_argv(usual_launcher(backend), program, 2)), timeout=200)
     result = last_json(proc.stdout)
     assert result["cores"] == sorted(os.sched_getaffinity(0))[:threads]  # rank 0's
     assert result["rank_spread"] == 0.0  # the gradients were exchanged: every rank ends with the same parameters
@@ -139,7 +139,7 @@ if hvd.rank() == 0:
 @pytest.mark.parametrize("pin", [False, True])
 def test_horovod_script_runs_pinned_as_distbench_pins(tmp_path, monkeypatch, pin):
     from benchmarks.horovod_synthetic import horovod_script
-    from distbench.config import available_cpus
+    from distbench.machine import available_cpus
 
     script, out = tmp_path / "stand_in.py", tmp_path / "cores.json"
     script.write_text(STAND_IN)

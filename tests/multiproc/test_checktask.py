@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from distbench.backends import DISTRIBUTED, NAMES
+from distbench.backends import DISTRIBUTED
 from tests.helpers import py, run_in
 
 
@@ -45,14 +45,18 @@ def test_a_broken_task_fails_check_task_naming_the_broken_part(task_file, tmp_pa
     assert "FAILS the contract" in proc.stderr and message in proc.stderr, proc.stderr[-2000:]
 
 
+RESNET = ["single", "ddp", "fsdp"]
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(600)
-def test_synthetic_resnet_under_every_backend(tmp_path):
-    """x2 only for the distributed backends (their world-size-1 paths are the MNIST tests'): the synthetic data is
-    sharded, and the single run at 1 thread is the x2 runs' reference."""
+def test_synthetic_resnet_replicated_and_sharded(tmp_path):
+    """The ResNet (batch norm's buffers, which DDP broadcasts and FSDP shards beside the parameters) on its synthetic,
+    sharded data, replicated (ddp) and sharded (fsdp) at x2 against the single run at 1 thread. Every backend runs a
+    task of the user's under the same loop: test_a_user_task_runs_under_every_backend_and_keeps_the_contract."""
     out = tmp_path / "sweep"
     cmd = py(
-        f"run.py compare --task synthetic-resnet --backends {','.join(NAMES)} --nprocs 2 "
+        f"run.py compare --task synthetic-resnet --backends {','.join(RESNET)} --nprocs 2 "
         "--max-steps 3 --batch-size 8 --extra",
         "--model resnet18 --image-size 32",
         "--out",
@@ -62,7 +66,7 @@ def test_synthetic_resnet_under_every_backend(tmp_path):
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
     done = {(r["backend"], r["world_size"], r["environment"]["threads_per_process"]) for r in records}
-    assert done == {("single", 1, 1), *((b, 2, 1) for b in DISTRIBUTED)}
+    assert done == {("single", 1, 1), *((b, 2, 1) for b in RESNET[1:])}
     assert all(r["accuracy_meaningful"] is False and r["eval_count"] == 64 for r in records)
     assert all(r["dataset"]["model"] == "resnet18" and len(set(r["data_fingerprints"])) == 1 for r in records)
     assert "n/a: synthetic data" in (out / "report.md").read_text()

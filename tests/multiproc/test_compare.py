@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from distbench.sweep.csvfiles import COLUMNS
 from distbench.sweep.plan import round_orders
-from distbench.sweep.report import COLUMNS
 from tests.helpers import ROOT, child_env, py, run_in
 
 

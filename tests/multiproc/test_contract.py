@@ -2,7 +2,7 @@
 
 import pytest
 
-from distbench.backends import REGISTRY
+from distbench.launching.commands import usual_launcher
 from distbench.launching.launch import TORCHRUN, local_argv, resolve
 from tests.helpers import run_in
 
@@ -29,7 +29,7 @@ from tests.helpers import run_in
     ],
 )
 def test_contract_holds_on_every_rank(tmp_path, backend, launcher):
-    launcher = launcher or REGISTRY[backend].launchers[0]
+    launcher = launcher or usual_launcher(backend)
     cmd = resolve(local_argv(launcher, ["-m", "tests.scripts.contract", "--backend", backend], 2))
     proc = run_in(tmp_path, cmd, timeout=150)
     assert f"contract ok: {backend} x2 under {launcher.name}" in proc.stdout

@@ -1,4 +1,4 @@
-"""The process group under torchrun's agent store (backends/torchelastic.py): a new key namespace each round."""
+"""The process group under torchrun's agent store (distbench/torchelastic.py): a new key namespace each round."""
 
 import threading
 import time
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from distbench.backends.torchelastic import round_token, under_agent_store
+from distbench.torchelastic import round_token, under_agent_store
 
 TIMEOUT = timedelta(seconds=20)
 

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from distbench import leave
+from distbench import leave, process
 from distbench.backends import get_spec
 from distbench.backends.base import Backend, ReduceOp
-from distbench.launching import launch
+from distbench.launching.commands import check_launch
 from distbench.sharding import GlobalBatchSampler
 from distbench.training import rng
 
@@ -143,9 +143,9 @@ def main() -> None:
     parser.add_argument("--backend", required=True)
     name = parser.parse_args().backend
     torch.set_num_threads(1)
-    launch_env = launch.current()
+    launch_env = process.current()
     spec = get_spec(name)
-    spec.check_launch(launch_env)
+    check_launch(name, launch_env)
     backend = spec.load()(launch_env, timeout_s=120)
     backend.setup()
     assert (backend.rank, backend.world_size) == (launch_env.rank, launch_env.world_size), "launch env disagrees"

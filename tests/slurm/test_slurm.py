@@ -44,13 +44,11 @@ def _on_both_nodes(rec: dict) -> None:
 
 @pytest.fixture(scope="module")
 def usual_sweep(slurm_conf, tmp_path_factory):
-    """Two rounds of each library at 2 nodes x 1 process, each started its usual Slurm way (fsdp for the sharding
-    ones: accelerate-fsdp starts as accelerate does)."""
+    """Each library at 2 nodes x 1 process, each started its usual Slurm way (fsdp for the sharding ones:
+    accelerate-fsdp starts as accelerate does); one round (the verdicts of several: tests/multiproc/test_compare.py)."""
     tmp = tmp_path_factory.mktemp("slurm-usual")
     out = tmp / "sweep"
-    cmd = py(
-        f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod,fsdp {SWEEP} --repeats 2 --out", out
-    )
+    cmd = py(f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod,fsdp {SWEEP} --out", out)
     run_cmd(_salloc(*cmd), timeout=900, env=child_env(tmp, SLURM_CONF=str(slurm_conf)))
     return out
 
@@ -80,21 +78,7 @@ def test_a_two_round_slurm_sweep_writes_the_usual_report_with_verdicts(usual_swe
     assert "### Verdicts" in report and "| ddp x2 |" in report and "| horovod x2 |" in report
     assert "horovod x2 vs ddp x2" in report or "horovod x2 is" in report
     assert "- nodes: 1, 2, Slurm's (job steps of job" in report
-    assert len(_records(usual_sweep)) == 10  # 5 configurations x 2 rounds
-
-
-@pytest.mark.timeout(600)
-def test_ddp_started_by_srun_itself_reproduces_the_single_process(slurm_env, tmp_path):
-    out = tmp_path / "sweep"
-    cmd = py(f"run.py compare --scheduler slurm --slurm-launch srun --backends ddp {SWEEP} --out", out)
-    run_cmd(_salloc(*cmd), timeout=500, env=slurm_env)
-    recs = _records(out)
-    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
-    ddp, single = (next(r for r in recs if r["backend"] == b) for b in ("ddp", "single"))
-    assert ddp["launcher"] == single["launcher"] == "srun"  # the reference too: one srun task
-    assert ddp["command"].startswith("MASTER_ADDR=127.0.0.1 MASTER_PORT=")
-    _follows(ddp, single)
-    _on_both_nodes(ddp)
+    assert len(_records(usual_sweep)) == 5  # 5 configurations, one round
 
 
 @pytest.mark.timeout(600)
@@ -122,25 +106,23 @@ def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_su
 
 
 @pytest.mark.timeout(600)
-def test_the_generated_sbatch_script_runs_its_sweep_to_a_report(slurm_env, tmp_path):
+def test_the_generated_sbatch_script_runs_ddp_started_by_srun_itself(slurm_env, tmp_path):
+    """The script sbatch runs: its sweep (ddp, each process an srun task of its own, the reference one srun task)
+    reproduces the single process on both nodes and ends in its report."""
     out, script = tmp_path / "sweep", tmp_path / "job.sbatch"
-    cmd = py(
-        "run.py slurm-script --nodes 2 --nprocs 1 --time 10 --out",
-        out,
-        "--script",
-        script,
-        "--",
-        "--backends",
-        "single,ddp",
-        "--max-steps",
-        "10",
-    )
+    sweep = f"--backends single,ddp --slurm-launch srun --dropout 0 --batch-size 64 --max-steps {MNIST_STEPS}"
+    cmd = py("run.py slurm-script --nodes 2 --nprocs 1 --time 10 --out", out, "--script", script, "--", *sweep.split())
     run_cmd(cmd, timeout=60, env=slurm_env)
     assert "#SBATCH --nodes=2" in script.read_text() and "--scheduler slurm" in script.read_text()
     run_cmd(["sbatch", "--wait", str(script)], timeout=500, env=slurm_env)
-    report = (out / "report.md").read_text()
-    assert "| ddp x2 |" in report
-    assert all(r["status"] == "ok" for r in _records(out))
+    assert "| ddp x2 |" in (out / "report.md").read_text()
+    recs = _records(out)
+    assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
+    ddp, single = (next(r for r in recs if r["backend"] == b) for b in ("ddp", "single"))
+    assert ddp["launcher"] == single["launcher"] == "srun"  # the reference too: one srun task
+    assert ddp["command"].startswith("MASTER_ADDR=127.0.0.1 MASTER_PORT=")
+    _follows(ddp, single)
+    _on_both_nodes(ddp)
 
 
 def test_slurm_outside_an_allocation_is_one_line(tmp_path):

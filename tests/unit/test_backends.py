@@ -3,12 +3,13 @@
 import pytest
 import torch
 
-from distbench.backends import ALL_REDUCING, DISTRIBUTED, NAMES, REFERENCE, REGISTRY, SHARDING, command
+from distbench.backends import ALL_REDUCING, DISTRIBUTED, NAMES, REFERENCE, REGISTRY, SHARDING
 from distbench.backends.base import Backend, ReduceOp
 from distbench.backends.single import SingleBackend
 from distbench.config import RunConfig
 from distbench.errors import UserError
-from distbench.launching.launch import ACCELERATE, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv
+from distbench.launching.commands import command
+from distbench.process import ACCELERATE, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv
 
 
 @pytest.mark.parametrize("op", list(ReduceOp) + ["sum", "avg", "max", "min"])

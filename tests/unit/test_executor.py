@@ -25,3 +25,40 @@ def test_a_timeout_says_so_last(tmp_path):
 def test_a_run_that_ends_well_without_its_record_says_so(tmp_path):
     rec = _run(tmp_path, "print('done')")
     assert rec["error"].splitlines()[-1] == f"exited 0 without writing its record {tmp_path / 'r.json'}"
+
+
+def test_a_local_run_starts_its_backends_launcher_and_shows_its_command(tmp_path):
+    """LocalExecutor.run (Executor.run and LocalExecutor.start): plain python for `single`, the record with its
+    command as a user types it."""
+    from distbench.sweep.configuration import SweepConfig
+    from distbench.sweep.executor import LocalExecutor
+
+    out = tmp_path / "r.json"
+    write = f"import json; json.dump({{'samples_per_sec': 1.0}}, open({str(out)!r}, 'w'))"
+    config = SweepConfig(task="mnist", backend="single", world_size=1, threads=1)
+    rec = LocalExecutor().run(config, [], out, tmp_path / "r.log", 60, ["-c", write])
+    assert (rec["status"], rec["samples_per_sec"]) == ("ok", 1.0)
+    assert rec["command"].startswith("python -c ") and "samples_per_sec" in rec["command"]
+
+
+def _ran(config, **found) -> dict:
+    """The record a run of `config` writes, with what its processes found where `found` says otherwise."""
+    return {"status": "ok", "task": config.task, **config.to_record(), "config": {}, **found}
+
+
+def test_a_run_that_did_not_run_as_planned_is_a_failure_that_says_how():
+    """The record is the run's own (its processes recorded the link, nodes and world they found); the sweep checks it
+    against the plan and never overwrites it: a planted mismatch (a link that was not shaped) fails the run."""
+    from distbench.sweep.configuration import SweepConfig
+    from distbench.sweep.runner import checked
+
+    planned = SweepConfig(task="mnist", backend="ddp", world_size=2, threads=1, nodes=2, link_rate="100mbit")
+    assert checked(planned, _ran(planned))["status"] == "ok"
+    assert checked(planned, _ran(planned, link_rate="100.0mbit"))["status"] == "ok"  # the same rate, read back
+    unshaped = checked(planned, _ran(planned, link_rate="none", nodes=1))
+    assert unshaped["status"] == "failed" and unshaped["link_rate"] == "100mbit"  # reported as the planned one
+    assert unshaped["error"] == (
+        "the run did not run as planned: nodes: planned 2, the run's 1; link_rate: planned 100mbit, the run's none"
+    )
+    failed = checked(planned, {"status": "failed", "error": "error: it broke"})  # no record of its own: the plan's
+    assert (failed["backend"], failed["link_rate"], failed["error"]) == ("ddp", "100mbit", "error: it broke")

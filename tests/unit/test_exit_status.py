@@ -5,6 +5,7 @@ that only returns results: nothing is launched."""
 import signal
 
 from distbench.cli import main
+from tests.helpers import FOUND
 
 SIZES = [4096, 65536, 1048576]
 
@@ -19,7 +20,7 @@ class Executor:
         if config.backend == "horovod":
             return {"status": "failed", "error": "launcher noise\nerror: planted: horovod could not start"}
         measured = {str(s): {"time_s": [1e-4 + 1e-9 * s], "cpu_s": [1e-4]} for s in SIZES}
-        return {"status": "ok", "world_size": 2, "launcher": "torchrun", "measured": measured}
+        return {"status": "ok", **FOUND, "launcher": "torchrun", "measured": measured}
 
 
 def test_a_commbench_with_a_failed_launch_reports_what_it_measured_and_exits_1(tmp_path, monkeypatch, capsys):

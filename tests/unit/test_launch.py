@@ -1,13 +1,17 @@
-"""Launchers and the launch environment (distbench/launching/launch.py)."""
+"""Launchers (distbench/launching/launch.py), the launch environment they give (distbench/process.py) and each
+backend's launch commands as its registry entry names them (distbench/launching/commands.py)."""
 
 import os
 import sys
 
 import pytest
 
-from distbench import config
-from distbench.backends import REGISTRY, launch_help, typed_command
-from distbench.launching.launch import ACCELERATE, BY_HAND, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv, resolve
+from distbench import machine
+from distbench.backends import REGISTRY
+from distbench.errors import UserError
+from distbench.launching.commands import check_launch, launch_help, launchers_of, typed_command, usual_launcher
+from distbench.launching.launch import ACCELERATE, BY_HAND, HOROVODRUN, LAUNCHERS, PYTHON, TORCHRUN, resolve
+from distbench.process import LaunchEnv
 
 TORCH_VARS = dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="1")
 
@@ -63,10 +67,32 @@ def test_help_shows_the_commands_that_are_run():
     help_text = launch_help()
     for name in ("ddp", "accelerate", "horovod"):
         run = typed_command(name, 2, [])
-        shown = [a for a in REGISTRY[name].launchers[0].commands(REGISTRY[name].program([]), 2)[0]]
+        shown = [a for a in usual_launcher(name).commands(REGISTRY[name].program([]), 2)[0]]
         assert " ".join(shown).replace(" 2 ", " N ") in help_text
         assert set(shown) <= set(run)  # the run adds its rendezvous, nothing else changes
     assert "python run.py --backend single" in help_text
+
+
+def test_the_registry_names_launchers_that_launching_knows():
+    """Each entry's launcher names are launchers of launching's, the usual one first (the registry holds names only,
+    so a misspelt one would otherwise surface only when that backend is launched)."""
+    for name, spec in REGISTRY.items():
+        assert all(isinstance(launcher, str) and launcher in LAUNCHERS for launcher in spec.launchers), name
+        assert [launcher.name for launcher in launchers_of(name)] == list(spec.launchers)
+    assert usual_launcher("ddp") is TORCHRUN and usual_launcher("horovod") is HOROVODRUN
+
+
+def test_a_backend_refuses_a_launcher_it_cannot_join_in_one_line_naming_its_usual_command():
+    check_launch("ddp", LaunchEnv("torchrun", world_size=2))
+    check_launch("single", LaunchEnv("python"))
+    with pytest.raises(
+        UserError,
+        match=r"^--backend horovod was started by torchrun with 2 process\(es\), which it "
+        r"cannot join; start it with: horovodrun -np N python run.py --backend horovod$",
+    ):
+        check_launch("horovod", LaunchEnv("torchrun", world_size=2))
+    with pytest.raises(UserError, match=r"start it with: python run.py --backend single$"):
+        check_launch("single", LaunchEnv("srun", world_size=2))  # one of its launchers, but not alone
 
 
 def test_several_nodes():
@@ -94,4 +120,4 @@ def test_resolve_uses_this_environment():
 def test_default_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 4, 5}, raising=False)
-    assert config.default_threads(1) == 4 and config.default_threads(2) == 2 and config.default_threads(8) == 1
+    assert machine.default_threads(1) == 4 and machine.default_threads(2) == 2 and machine.default_threads(8) == 1

@@ -1,28 +1,33 @@
 """The package's layers: a module imports only from its own concern or from a lower layer (docs/architecture.md).
 
-    core (distbench, errors, config, sharding) < launching < models, data < backends, tasks < training
-    < sweep < scaling < cli
+    core (distbench, errors, config, sharding, records, process, machine, torchelastic) < models, data
+    < backends, tasks < launching < training < sweep < planning < cli
 
 Concerns of the same layer (models and data; backends and tasks) do not import each other. The libraries' adapters,
 the models and the data stand at the top of the repository (backends/, models/, data/) and are imported as
-distbench.backends, distbench.models and distbench.data, never by their bare names (which would load them twice)."""
+distbench.backends, distbench.models and distbench.data, never by their bare names (which would load them twice);
+they are checked as the layers they are, their files found through the links distbench/<folder> -> ../<folder>.
+The backends stand below launching: what a process was told by its launcher is the core's (distbench/process.py),
+and launching reads the registry's launcher names, never the other way round."""
 
 import ast
 from pathlib import Path
 
 from tests.helpers import ROOT
 
+# the core's modules: distbench/<name>.py
+CORE = ("errors", "config", "sharding", "records", "process", "machine", "torchelastic")
 # (concern, its modules' prefix, layer), lowest first
 CONCERNS = [
-    ("core", ("distbench", "distbench.errors", "distbench.config", "distbench.sharding"), 0),
-    ("launching", ("distbench.launching",), 1),
-    ("models", ("distbench.models",), 2),
-    ("data", ("distbench.data",), 2),
-    ("backends", ("distbench.backends",), 3),
-    ("tasks", ("distbench.tasks",), 3),
+    ("core", ("distbench", *(f"distbench.{name}" for name in CORE)), 0),
+    ("models", ("distbench.models",), 1),
+    ("data", ("distbench.data",), 1),
+    ("backends", ("distbench.backends",), 2),
+    ("tasks", ("distbench.tasks",), 2),
+    ("launching", ("distbench.launching",), 3),
     ("training", ("distbench.training",), 4),
     ("sweep", ("distbench.sweep",), 5),
-    ("scaling", ("distbench.scaling",), 6),
+    ("planning", ("distbench.planning",), 6),
     ("cli", ("distbench.cli",), 7),
 ]
 
@@ -86,6 +91,23 @@ def modules() -> list[tuple[str, Path]]:
     return found
 
 
+def test_the_top_level_folders_are_scanned_as_their_layers():
+    """backends/, models/ and data/ are reached through the links distbench/<folder> -> ../<folder>: every file in
+    them is checked, under its distbench name and in its own concern."""
+    found = dict(modules())
+    for folder in BARE:
+        assert (ROOT / "distbench" / folder).resolve() == ROOT / folder
+        files = sorted((ROOT / folder).rglob("*.py"))
+        assert files, folder
+        for path in files:
+            rel = path.relative_to(ROOT).with_suffix("")
+            name = "distbench." + ".".join(rel.parts).removesuffix(".__init__")
+            assert found[name] == path
+            assert concern_of(name)[0] == folder
+    assert concern_of("distbench.backends.ddp") == ("backends", 2)
+    assert concern_of("distbench.launching.launch") == ("launching", 3)
+
+
 def test_no_module_imports_up_or_sideways():
     found = modules()
     known = {name for name, _ in found}
@@ -110,4 +132,22 @@ def test_the_check_finds_a_planted_upward_import():
         "data/mnist.py:1: imports backends by its bare name; use distbench.backends"
     ]
     sideways = wrong_imports("distbench.backends.ddp", "from distbench.tasks import TASKS\n", "backends/ddp.py", known)
-    assert sideways == ["backends/ddp.py:1: backends (layer 3) imports distbench.tasks (tasks, layer 3)"]
+    assert sideways == ["backends/ddp.py:1: backends (layer 2) imports distbench.tasks (tasks, layer 2)"]
+
+
+def test_the_check_fails_on_a_backend_that_imports_launching():
+    """The backends stand below launching: a backend module that imports it again (as base.py once imported
+    LaunchEnv from distbench.launching.launch) fails the check, at the top or inside a function."""
+    known = {name for name, _ in modules()}
+    base = (ROOT / "backends" / "base.py").read_text()
+    assert wrong_imports("distbench.backends.base", base, "backends/base.py", known) == []
+    planted = "from distbench.launching.launch import LaunchEnv\n" + base
+    assert wrong_imports("distbench.backends.base", planted, "backends/base.py", known) == [
+        "backends/base.py:1: backends (layer 2) imports distbench.launching.launch (launching, layer 3)"
+    ]
+    registry = (ROOT / "backends" / "__init__.py").read_text()
+    planted = registry + "\n\ndef _help():\n    from distbench.launching import commands\n"
+    line = planted.count("\n")
+    assert wrong_imports("distbench.backends", planted, "backends/__init__.py", known) == [
+        f"backends/__init__.py:{line}: backends (layer 2) imports distbench.launching.commands (launching, layer 3)"
+    ]

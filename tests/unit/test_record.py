@@ -54,3 +54,44 @@ def test_horovods_collective_is_its_own_gloo():
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "gloo", proc.stderr
+
+
+def test_the_record_is_built_from_the_value_training_left(monkeypatch):
+    """build_record reads the run from a RunResult alone, no Trainer (record.py imports nothing of the loop): the
+    record's fields are the value's, the process's facts and the timer's."""
+    from distbench.backends.single import SingleBackend
+    from distbench.config import RunConfig
+    from distbench.records import SCHEMA_VERSION
+    from distbench.training.timer import StepTimer
+    from tests.unit.test_layers import imported
+
+    assert not [m for _, m in imported((ROOT / "distbench/training/record.py").read_text(), set()) if "loop" in m]
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    launch = types.SimpleNamespace(launcher="python", node_rank=0, nodes=1, local_world_size=1, restart_count=0)
+    backend = SingleBackend(launch)
+    model = ConvNet()
+    run = record.RunResult(
+        backend=backend,
+        cfg=RunConfig(task="mnist", batch_size=8, threads=1, accumulate=2),
+        task="mnist",
+        accuracy_meaningful=True,
+        model=model,
+        dataset={"name": "mnist"},
+        data_fingerprint=7,
+        steps_per_epoch=4,
+        steps=6,
+        loss_history=[0.5, 0.25],
+        memory={"params_bytes": 1},
+        time_to_target_s=None,
+    )
+    timer = StepTimer(lambda: None, warmup=0)
+    timer.begin()
+    timer.finish()
+    evals = [{"accuracy": 0.75, "loss": 0.5, "count": 12}]
+    rec = record.build_record(run, record.Facts(StartupClock(), started_at="now"), timer, evals)
+    assert rec["schema_version"] == SCHEMA_VERSION and (rec["backend"], rec["task"]) == ("single", "mnist")
+    assert (rec["steps"], rec["resumed_from_step"], rec["epochs"]) == (6, 6, 1.5)  # no step timed: all before
+    assert (rec["micro_batch_size"], rec["final_loss"], rec["eval_accuracy"]) == (4, 0.25, 0.75)
+    assert (rec["data_fingerprints"], rec["memory_per_rank"], rec["dataset"]) == ([7], {"params_bytes": 1}, run.dataset)
+    assert rec["param_checksum"] == float(sum(p.detach().double().sum() for p in model.parameters()))
+    assert rec["link_rate"] == "none" and rec["launcher"] == "python" and rec["topology"]["rank_nodes"] == [0]

@@ -4,7 +4,8 @@ import pytest
 
 from distbench.errors import UserError
 from distbench.launching import slurm
-from distbench.launching.launch import ACCELERATE, HOROVODRUN, SRUN, TORCHRUN, LaunchEnv
+from distbench.launching.launch import ACCELERATE, HOROVODRUN, SRUN, TORCHRUN
+from distbench.process import LaunchEnv
 
 ALLOC = slurm.Allocation("42", ("n1", "n2", "n3"), ("10.0.0.1", "10.0.0.2", "10.0.0.3"))
 PROGRAM = ["run.py", "--backend", "x"]
@@ -65,7 +66,44 @@ def test_horovod_hosts_on_one_machine_and_an_allocation_too_small():
         slurm.Allocation.current({})
 
 
-# ---- run.py slurm-script (distbench/sweep/sbatch.py) ---------------------------------------------------------------
+def test_a_slurm_run_is_a_named_step_cancelled_when_it_ends_and_its_record_has_the_schedulers_facts(
+    tmp_path, monkeypatch
+):
+    """SlurmExecutor.run without a cluster: its step's srun replaced by a python that writes the record."""
+    import sys
+
+    from distbench.sweep.configuration import SweepConfig
+    from distbench.sweep.slurm import SlurmExecutor
+
+    executor, cancelled = SlurmExecutor(alloc=ALLOC), []
+    monkeypatch.setattr(slurm, "cancel", lambda job, name: cancelled.append((job, name)))
+    out = tmp_path / "r.json"
+    write = f"import json; json.dump({{'topology': {{'rank_nodes': [1, 0]}}}}, open({str(out)!r}, 'w'))"
+    names = []
+
+    def command(config, args, name, program=None):
+        names.append(name)
+        return [sys.executable, *(program or ["-c", write])], {"A": "x y"}
+
+    monkeypatch.setattr(executor, "command", command)
+    config = SweepConfig(task="mnist", backend="ddp", world_size=2, threads=1, nodes=2)
+    rec = executor.run(config, [], out, tmp_path / "r.log", 60)
+    assert rec["status"] == "ok" and rec["command"].startswith(f"A='x y' {sys.executable} -c ")
+    assert rec["scheduler"] == {
+        "name": "slurm",
+        "job_id": "42",
+        "nodes": ["n1", "n2"],
+        "node_addrs": ["10.0.0.1", "10.0.0.2"],
+        "rank_nodes": ["n2", "n1"],
+    }
+    assert cancelled == [("42", names[0])]  # the step, by its own name, once its srun ended
+    hung = executor.run(
+        config, [], tmp_path / "none.json", tmp_path / "h.log", 1, ["-c", "import time; time.sleep(60)"]
+    )
+    assert hung["status"] == "failed" and cancelled[1:] == [("42", names[1])] * 2  # on the timeout, then after it
+
+
+# ---- run.py slurm-script (distbench/sweep/slurm.py) ----------------------------------------------------------------
 def _slurm_script(capsys, *args) -> tuple[str, str, int]:
     """run.py slurm-script ARGS in-process: (stdout, stderr, exit code)."""
     from distbench.cli import main
@@ -78,13 +116,13 @@ def _slurm_script(capsys, *args) -> tuple[str, str, int]:
 def test_the_script_runs_from_the_submit_directory_and_names_no_path_of_the_machine_that_wrote_it(capsys, monkeypatch):
     import sys
 
-    from distbench.sweep import sbatch
+    from distbench.sweep import slurm as sweep_slurm
     from tests.helpers import ROOT
 
     monkeypatch.chdir(ROOT)  # where a user writes it
     # ... on a filesystem every node sees; this checkout may itself lie under /tmp (CI's clone may): the warning for
     # node-local storage has tests of its own
-    monkeypatch.setattr(sbatch, "NODE_LOCAL", ())
+    monkeypatch.setattr(sweep_slurm, "NODE_LOCAL", ())
     text, err, code = _slurm_script(capsys, "--out", "results/mnist", "--", "--repeats", "5")
     assert code == 0 and err == ""
     for local in (str(ROOT), sys.executable, str(ROOT / ".venv")):
@@ -126,7 +164,7 @@ def test_the_script_stops_with_one_line_where_the_environment_is_missing(capsys,
 
 @pytest.mark.parametrize("value", ["10", "90", "10:30", "01:00:00", "48:00:00", "2-12", "2-12:30", "2-12:30:15"])
 def test_slurms_time_forms_are_accepted(value):
-    from distbench.sweep.sbatch import check_time
+    from distbench.sweep.slurm import check_time
 
     check_time(value)
 

@@ -33,7 +33,7 @@ def test_each_launcher_starts_simulated_nodes_in_its_multi_node_form(launcher, a
 
 
 def test_confine_picks_this_node_and_refuses_a_mismatch(monkeypatch):
-    from distbench.launching.launch import LaunchEnv
+    from distbench.process import LaunchEnv
 
     pinned = []
     monkeypatch.setattr(topology, "pin_threads", pinned.append)

@@ -12,7 +12,8 @@ restarts, so the counts differ between machines.
 cannot fool: every rank but 0 publishes a fresh random nonce; rank 0 answers each nonce it sees with
 the round's token and waits until every rank has confirmed that token under the token's own keys.
 An answer to a stale nonce is never read; a confirmation under a new token cannot be stale.
-Used by the ddp and accelerate backends (Accelerate keeps a process group that already exists).
+Used by the ddp and accelerate backends (Accelerate keeps a process group that already exists). A core module,
+not launching's: the backends call it in their setup, and they stand below launching (docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,24 +1,33 @@
 """commbench's arithmetic and the projection's models, against values worked out by hand (docs/projection.md)."""
 
 import csv
+import dataclasses
 import json
 
 import pytest
 
 from distbench.errors import UserError
-from distbench.scaling import commbench as cb
-from distbench.scaling import projection as pj
+from distbench.planning import bandwidth as bw
+from distbench.planning import commbench as cb
+from distbench.planning import commbench_report as cr
+from distbench.planning import links as lk
+from distbench.planning import profile as pf
+from distbench.planning import projection as pj
+from distbench.planning import projection_report as pr
+from distbench.planning import reference as rf
+from distbench.planning import timeline as tl
+from tests.helpers import FOUND
 
 MiB = 2**20
 
 
 def test_algbw_and_busbw_are_the_definitions_of_nccl_tests():
     """algbw = S / t; busbw = algbw x 2(n-1)/n: 64 MiB in 0.5 s."""
-    assert cb.algbw(64 * MiB, 0.5) == 134_217_728.0
-    assert cb.busbw(64 * MiB, 0.5, 2) == 134_217_728.0  # x 1
-    assert cb.busbw(64 * MiB, 0.5, 4) == 201_326_592.0  # x 1.5
-    assert cb.busbw(64 * MiB, 0.5, 8) == 234_881_024.0  # x 1.75
-    assert cb.busbw(64 * MiB, 0.5, 1) == 0.0  # one rank moves nothing
+    assert bw.algbw(64 * MiB, 0.5) == 134_217_728.0
+    assert bw.busbw(64 * MiB, 0.5, 2) == 134_217_728.0  # x 1
+    assert bw.busbw(64 * MiB, 0.5, 4) == 201_326_592.0  # x 1.5
+    assert bw.busbw(64 * MiB, 0.5, 8) == 234_881_024.0  # x 1.75
+    assert bw.busbw(64 * MiB, 0.5, 1) == 0.0  # one rank moves nothing
 
 
 def test_the_fit_follows_the_large_messages_where_small_ones_pass_faster_than_the_rate():
@@ -27,7 +36,7 @@ def test_the_fit_follows_the_large_messages_where_small_ones_pass_faster_than_th
     sizes = [4096 * 4**i for i in range(8)]
     line = [2e-3 + 8e-8 * s for s in sizes]
     seconds = [2e-3 + 4e-8 * s if s <= 65536 else t for s, t in zip(sizes, line, strict=True)]
-    fit = cb.fit(sizes, seconds)
+    fit = bw.fit(sizes, seconds)
     assert fit.beta_s_per_byte == pytest.approx(8e-8, rel=0.04)
     for s, t in zip(sizes[5:], line[5:], strict=True):
         assert fit.seconds(s) == pytest.approx(t, rel=0.04)
@@ -35,7 +44,7 @@ def test_the_fit_follows_the_large_messages_where_small_ones_pass_faster_than_th
 
 def test_the_fit_recovers_latency_and_bandwidth():
     sizes = list(cb.DEFAULT_SIZES)
-    fit = cb.fit(sizes, [2e-3 + 8e-9 * s for s in sizes])
+    fit = bw.fit(sizes, [2e-3 + 8e-9 * s for s in sizes])
     assert fit.alpha_s == pytest.approx(2e-3) and fit.beta_s_per_byte == pytest.approx(8e-9)
     assert fit.bus_bandwidth(2) == pytest.approx(125e6)  # 2(n-1)/(n beta)
     assert fit.bus_bandwidth(4) == pytest.approx(187.5e6)
@@ -54,59 +63,59 @@ def test_a_summary_row_has_the_median_and_its_bandwidths():
         }
         for t in (0.40, 0.30, 0.35)
     ]
-    (row,) = cb.summarize(recs)
+    (row,) = cr.summarize(recs)
     assert row["time_s"] == 0.35 and row["repeats"] == 3
     assert row["algbw_Bps"] == row["busbw_Bps"] == pytest.approx(4 * MiB / 0.35)
 
 
 def test_a_ring_all_reduce_is_carried_from_the_measured_world_size():
     """Measured at 2 ranks: t = 1 ms + 10 ns/B. At 4 ranks: 3x the latency steps, 1.5x the bytes per link."""
-    link = pj.Link(1e-3, 1e-8, 2, "test")
+    link = lk.Link(1e-3, 1e-8, 2, "test")
     assert link.allreduce_s(1e6, 2) == pytest.approx(1e-3 + 1e-2)
     assert link.allreduce_s(1e6, 4) == pytest.approx(3e-3 + 1.5e-2)
     assert link.allreduce_s(1e6, 1) == 0.0
 
 
 def test_a_nominal_link_moves_its_rate_and_has_no_latency():
-    link = pj.Link.nominal("100mbit")
+    link = lk.Link.nominal("100mbit")
     assert link.allreduce_s(12.5e6, 2) == pytest.approx(1.0)  # 12.5 MB at 12.5 MB/s
     assert link.allreduce_s(12.5e6, 4) == pytest.approx(1.5)
     assert link.allreduce_s(0, 8) == 0.0
     with pytest.raises(UserError, match="no nominal rate"):
-        pj.Link.nominal("none")
+        lk.Link.nominal("none")
 
 
 # Three gradients, ready at a quarter, half and all of backward; 20 ms of forward+backward at the micro-batch
 # (40 ms at the reference batch x 0.5), a quarter of it forward: forward 5 ms, backward 15 ms; data 2 ms at batch
 # 64 -> 1 ms at 32; optimizer 4 ms. Backward starts at 1 + 5 = 6 ms. On 100 Mbit/s at 2 ranks a byte takes 80 ns.
-PROFILE = pj.Profile(
+PROFILE = pf.Profile(
     grad_bytes=[4_000_000, 400, 2_000_000],
     ready=[0.25, 0.5, 1.0],
     forward_share=0.25,
     micro_over_reference=0.5,
     micro_batch=32,
 )
-PHASES = pj.Phases(data=2.0, forward_backward=40.0, optimizer=4.0)
-PLAN = pj.Plan(nodes=2, nprocs=1, batch_size=64, accumulate=1, compression="none")
+PHASES = rf.Phases(data=2.0, forward_backward=40.0, optimizer=4.0)
+PLAN = tl.Plan(nodes=2, nprocs=1, batch_size=64, accumulate=1, compression="none")
 
 
 def _computation(plan=PLAN):
-    return pj.Computation.of(PHASES, PROFILE, 64, plan)
+    return tl.Computation.of(PHASES, PROFILE, 64, plan)
 
 
 def test_the_computation_of_a_micro_batch():
     comp = _computation()
     assert (comp.data, comp.forward, comp.backward, comp.optimizer) == pytest.approx((1e-3, 5e-3, 15e-3, 4e-3))
     assert comp.backward_start == pytest.approx(6e-3)
-    acc2 = _computation(pj.Plan(2, 1, 64, 2, "none"))  # 2 micro-batches: data twice, one whole forward+backward
+    acc2 = _computation(tl.Plan(2, 1, 64, 2, "none"))  # 2 micro-batches: data twice, one whole forward+backward
     assert acc2.backward_start == pytest.approx(2 * 0.5e-3 + 20e-3 + 5e-3)
 
 
 def test_a_measured_micro_batch_replaces_the_scaled_one():
     """Where the sweep ran the micro-batch, its data and forward+backward are taken as measured (the optimizer stays
     the reference's: it does not depend on the batch)."""
-    micro = pj.Phases(data=1.5, forward_backward=24.0, optimizer=9.0)
-    comp = pj.Computation.of(PHASES, PROFILE, 64, PLAN, micro)
+    micro = rf.Phases(data=1.5, forward_backward=24.0, optimizer=9.0)
+    comp = tl.Computation.of(PHASES, PROFILE, 64, PLAN, micro)
     assert (comp.data, comp.forward, comp.backward, comp.optimizer) == pytest.approx((1.5e-3, 6e-3, 18e-3, 4e-3))
 
 
@@ -114,11 +123,11 @@ def test_ddp_all_reduces_each_bucket_when_its_last_gradient_is_ready():
     """torch's assignment: the 4 MB gradient alone (over the 1 MB first bucket), then 400 B + 2 MB. Bucket 1 ready
     at 6 + 15/4 = 9.75 ms, done at 9.75 + 320 = 329.75 ms; bucket 2 (ready at 21 ms) waits for the link, done at
     329.75 + 160.032 = 489.782 ms; the optimizer's 4 ms after."""
-    assert pj.ddp_buckets(PROFILE, 1.0) == [[0], [1, 2]]
-    step = pj.ddp_step(_computation(), PROFILE, pj.Link.nominal("100mbit"), PLAN, cap_mb=1.0)
+    assert tl.ddp_buckets(PROFILE, 1.0) == [[0], [1, 2]]
+    step = tl.ddp_step(_computation(), PROFILE, lk.Link.nominal("100mbit"), PLAN, cap_mb=1.0)
     assert step == pytest.approx(0.493782)
-    fp16 = pj.Plan(2, 1, 64, 1, "fp16")
-    half = pj.ddp_step(_computation(fp16), PROFILE, pj.Link.nominal("100mbit", "fp16"), fp16, 1.0)
+    fp16 = tl.Plan(2, 1, 64, 1, "fp16")
+    half = tl.ddp_step(_computation(fp16), PROFILE, lk.Link.nominal("100mbit", "fp16"), fp16, 1.0)
     assert half == pytest.approx(0.009750 + (0.160 + 0.080016) + 0.004)  # fp16: half the bytes on the link
 
 
@@ -126,16 +135,16 @@ def test_horovod_fuses_what_is_ready_at_each_cycle():
     """The 4 MB gradient, ready at 9.75 ms, goes alone (at the 10 ms wake-up nothing else is ready): done at
     329.75 ms; by then the other two are ready and go fused: 160.032 ms more. commbench's latency (it times Horovod's
     all-reduce from the enqueue: the cycle's wait and the negotiation are in it) is paid once per fused all-reduce."""
-    step = pj.horovod_step(_computation(), PROFILE, pj.Link.nominal("100mbit"), PLAN)
+    step = tl.horovod_step(_computation(), PROFILE, lk.Link.nominal("100mbit"), PLAN)
     assert step == pytest.approx(0.493782)
-    slow = pj.Link(1e-3, 8e-8, 2, "test")  # the same bandwidth, 1 ms latency
-    assert pj.horovod_step(_computation(), PROFILE, slow, PLAN) == pytest.approx(0.493782 + 2 * 1e-3)
+    slow = lk.Link(1e-3, 8e-8, 2, "test")  # the same bandwidth, 1 ms latency
+    assert tl.horovod_step(_computation(), PROFILE, slow, PLAN) == pytest.approx(0.493782 + 2 * 1e-3)
 
 
 def test_a_step_is_never_shorter_than_its_computation():
-    fast = pj.Link(0.0, 1e-15, 2, "test")
+    fast = lk.Link(0.0, 1e-15, 2, "test")
     comp = _computation()
-    for step in (pj.ddp_step(comp, PROFILE, fast, PLAN, 1.0), pj.horovod_step(comp, PROFILE, fast, PLAN)):
+    for step in (tl.ddp_step(comp, PROFILE, fast, PLAN, 1.0), tl.horovod_step(comp, PROFILE, fast, PLAN)):
         assert step >= 1e-3 + 20e-3 + 4e-3
 
 
@@ -143,46 +152,46 @@ def test_on_cpu_nodes_the_all_reduces_take_their_cpu_time_from_backward():
     """A link fast enough to hide every transfer, but each all-reduce costs the rank 1 ms + 1 ns/B of CPU: on a CPU
     node that time is not overlapped. Buckets of 4,000,000 and 2,000,400 bytes: 5 + 3.0004 ms after backward's
     21 ms end, then the optimizer's 4 ms."""
-    link = pj.Link(0.0, 1e-12, 2, "test", cpu_alpha_s=1e-3, cpu_beta_s_per_byte=1e-9)
-    shared = pj.Plan(2, 1, 64, 1, "none", cores_shared=True)
-    assert pj.ddp_step(_computation(), PROFILE, link, shared, 1.0) == pytest.approx(0.0330004)
-    assert pj.ddp_step(_computation(), PROFILE, link, PLAN, 1.0) == pytest.approx(0.025, abs=1e-5)  # a GPU node
+    link = lk.Link(0.0, 1e-12, 2, "test", cpu_alpha_s=1e-3, cpu_beta_s_per_byte=1e-9)
+    shared = tl.Plan(2, 1, 64, 1, "none", cores_shared=True)
+    assert tl.ddp_step(_computation(), PROFILE, link, shared, 1.0) == pytest.approx(0.0330004)
+    assert tl.ddp_step(_computation(), PROFILE, link, PLAN, 1.0) == pytest.approx(0.025, abs=1e-5)  # a GPU node
     # Horovod: the link is free when each gradient is ready (9.75, 13.5, 21 ms), so three all-reduces, not fused:
     # 9.0004 ms of CPU
-    assert pj.horovod_step(_computation(), PROFILE, link, shared) == pytest.approx(0.021 + 0.0090004 + 0.004)
+    assert tl.horovod_step(_computation(), PROFILE, link, shared) == pytest.approx(0.021 + 0.0090004 + 0.004)
 
 
 def test_the_expected_slowest_of_n_ranks():
     """E[max of n standard normals], the textbook values."""
-    assert [round(pj.expected_max_normal(n), 4) for n in (1, 2, 3, 4, 16)] == [0.0, 0.5642, 0.8463, 1.0294, 1.766]
+    assert [round(tl.expected_max_normal(n), 4) for n in (1, 2, 3, 4, 16)] == [0.0, 0.5642, 0.8463, 1.0294, 1.766]
 
 
 def test_every_exchange_waits_for_the_slowest_rank():
     """A step time that varies by 4 ms (p50 20, p90 25.1264 ms: 5.1264 / 1.2816) makes the slowest of 2 ranks
     0.5642 x 4 = 2.2568 ms late, of 4 ranks 4.118 ms; with 4 micro-batches, twice that (sqrt 4)."""
-    jittery = pj.Phases(2.0, 40.0, 4.0, jitter=4.0)
-    assert pj._phases(
+    jittery = rf.Phases(2.0, 40.0, 4.0, jitter=4.0)
+    assert rf._phases(
         {
             "step_breakdown_ms": {"data_ms": 2.0, "forward_backward_ms": 40.0, "optimizer_ms": 4.0},
             "step_time_ms": {"p50": 20.0, "p90": 25.1264},
         }
     ).jitter == pytest.approx(4.0)
-    micro = pj.Phases(1.0, 20.0, 4.0, jitter=4.0)  # measured at the micro-batch
+    micro = rf.Phases(1.0, 20.0, 4.0, jitter=4.0)  # measured at the micro-batch
     for plan, late in (
         (PLAN, 2.2568e-3),
-        (pj.Plan(4, 1, 128, 1, "none"), 4.1177e-3),
-        (pj.Plan(2, 1, 256, 4, "none"), 2 * 2.2568e-3),
-        (pj.Plan(1, 1, 32, 1, "none"), 0.0),
+        (tl.Plan(4, 1, 128, 1, "none"), 4.1177e-3),
+        (tl.Plan(2, 1, 256, 4, "none"), 2 * 2.2568e-3),
+        (tl.Plan(1, 1, 32, 1, "none"), 0.0),
     ):
-        comp = pj.Computation.of(jittery, PROFILE, 64, plan, micro)
+        comp = tl.Computation.of(jittery, PROFILE, 64, plan, micro)
         assert comp.lockstep == pytest.approx(late, rel=1e-4)
     # scaled from the reference batch, the jitter scales as forward+backward does (x 0.5 here)
-    assert pj.Computation.of(jittery, PROFILE, 64, PLAN).lockstep == pytest.approx(2.2568e-3 / 2, rel=1e-4)
-    late = pj.Computation.of(jittery, PROFILE, 64, PLAN, micro)
-    on_time = pj.Computation.of(pj.Phases(2.0, 40.0, 4.0), PROFILE, 64, PLAN, pj.Phases(1.0, 20.0, 4.0))
-    fast = pj.Link(0.0, 1e-15, 2, "test")
-    step = pj.ddp_step(late, PROFILE, fast, PLAN, 1.0)
-    assert step - pj.ddp_step(on_time, PROFILE, fast, PLAN, 1.0) == pytest.approx(2.2568e-3, rel=1e-4)
+    assert tl.Computation.of(jittery, PROFILE, 64, PLAN).lockstep == pytest.approx(2.2568e-3 / 2, rel=1e-4)
+    late = tl.Computation.of(jittery, PROFILE, 64, PLAN, micro)
+    on_time = tl.Computation.of(rf.Phases(2.0, 40.0, 4.0), PROFILE, 64, PLAN, rf.Phases(1.0, 20.0, 4.0))
+    fast = lk.Link(0.0, 1e-15, 2, "test")
+    step = tl.ddp_step(late, PROFILE, fast, PLAN, 1.0)
+    assert step - tl.ddp_step(on_time, PROFILE, fast, PLAN, 1.0) == pytest.approx(2.2568e-3, rel=1e-4)
 
 
 def _record(size, compression, time_s, cpu_s, loaded_cpu_s=None):
@@ -194,9 +203,9 @@ def _record(size, compression, time_s, cpu_s, loaded_cpu_s=None):
 def test_the_cpu_charge_is_what_commbench_measured_under_load():
     """t = 1 ms + 10 ns/B; idle CPU 0.5 ms + 5 ns/B; taken under load 2 ms + 1 ns/B: the charge is the last."""
     recs = [_record(s, None, 1e-3 + 1e-8 * s, 5e-4 + 5e-9 * s, 2e-3 + 1e-9 * s) for s in (4096, 2**20, 2**24)]
-    link = pj.fit_link(recs, "test")
+    link = lk.fit_link(recs, "test")
     assert link.cpu_s(2**20, 2) == pytest.approx(2e-3 + 1e-9 * 2**20)
-    idle = pj.fit_link([{k: v for k, v in r.items() if k != "loaded_cpu_s"} for r in recs], "test")
+    idle = lk.fit_link([{k: v for k, v in r.items() if k != "loaded_cpu_s"} for r in recs], "test")
     assert idle.cpu_s(2**20, 2) == pytest.approx(5e-4 + 5e-9 * 2**20) and "idle core" in idle.source
 
 
@@ -205,8 +214,8 @@ def test_a_compression_commbench_timed_is_taken_as_timed():
     gradient size; where it did not, the uncompressed fit at half the size."""
     plain = [_record(s, "none", 1e-3 + 1e-8 * s, 0.0) for s in (4096, 2**20, 2**24)]
     fp16 = [_record(s, "fp16", 3e-3 + 9e-9 * s, 0.0) for s in (4096, 2**20, 2**24)]
-    ref = pj.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
-    both = pj.Projection(ref, PROFILE, pj.Plan(2, 1, 64, 1, "fp16"), {"ddp": plain + fp16}, "100mbit", 1.0)
+    ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
+    both = pj.Projection(ref, PROFILE, tl.Plan(2, 1, 64, 1, "fp16"), {"ddp": plain + fp16}, "100mbit", 1.0)
     timed = both.link_for("ddp")
     assert timed.wire_fraction == 1.0 and timed.allreduce_s(2**20, 2) == pytest.approx(3e-3 + 9e-9 * 2**20)
     assert "ddp fp16" in timed.source
@@ -224,7 +233,7 @@ def test_the_computation_an_all_reduce_takes_from_a_busy_core():
     """The load ends a product every 0.1 ms alone (the baseline, 0-10 ms); during a 10 ms all-reduce (20-30 ms) it
     ends one every 0.25 ms: it did 4 ms of its work in 10 ms, so the all-reduce took 6 ms. The product under way at
     each edge counts in proportion."""
-    from distbench.scaling.worker import Load, taken
+    from distbench.planning.worker import Load, taken
 
     load = Load.__new__(Load)  # its clock alone, no thread
     load.ends = [i * 1e-4 for i in range(101)] + [20e-3 + i * 2.5e-4 for i in range(41)] + [31e-3]
@@ -254,7 +263,7 @@ def _loopback_records(sizes_and_ms, loaded_ms=None):
             rec |= {"link_rate": "none", "link_mode": "shared", "size_bytes": size, "repeat": i + 1, "round": 1}
             rec |= {"time_s": t / 1e3, "cpu_s": t / 2e3, "loaded_time_s": 2 * t / 1e3}
             rec |= {"loaded_cpu_s": (loaded_ms or {}).get(size, t / 2) / 1e3}
-            out.append(rec | {"algbw_Bps": cb.algbw(size, t / 1e3), "busbw_Bps": cb.busbw(size, t / 1e3, 2)})
+            out.append(rec | {"algbw_Bps": bw.algbw(size, t / 1e3), "busbw_Bps": bw.busbw(size, t / 1e3, 2)})
     return out
 
 
@@ -262,37 +271,37 @@ def test_a_commbench_of_two_sizes_on_loopback_writes_valid_json_and_says_its_fit
     """As seen on main: 4 KiB in 3.5 ms, 1 MiB in 1.2 ms, a negative cost taken under load. The fit was beta 0 and
     bus bandwidth Infinity (not JSON). Now: not physical, every reason said, values null; the measurements kept."""
     recs = _loopback_records([(4096, 3.5), (MiB, 1.2)], loaded_ms={4096: -9.991})
-    text = cb.write(recs, tmp_path, "python run.py commbench --sizes 4096,1048576")
-    f = strict_json((tmp_path / cb.FIT).read_text())["ddp"]
+    text = cr.write(recs, tmp_path, "python run.py commbench --sizes 4096,1048576")
+    f = strict_json((tmp_path / cr.FIT).read_text())["ddp"]
     assert f["physical"] is False and f["alpha_s"] is None and f["beta_s_per_byte"] is None
     assert f["bus_bandwidth_Bps"] is None
     assert "2 size(s)" in f["why"] and "beta" in f["why"]
     assert f["loaded_cpu_physical"] is False and "not above 0 at 4 KiB" in f["loaded_cpu_why"]
     assert "ddp: fit not physical (time): 2 size(s) (4 KiB, 1 MiB)" in text and "inf" not in text
     assert "| ddp | 4 KiB | 3.500 " in text and "-9.991 |" in text  # what was measured, as measured
-    assert len(list(csv.DictReader((tmp_path / cb.SUMMARY).open()))) == 2
+    assert len(list(csv.DictReader((tmp_path / cr.SUMMARY).open()))) == 2
 
 
 def test_what_makes_a_fit_physical():
     """At least 3 sizes, every median above 0, beta > 0, alpha >= 0, and sizes on both sides of alpha/beta."""
     sizes = [4096 * 4**i for i in range(6)]  # 4 KiB to 4 MiB
     line = [1e-3 + 1e-8 * s for s in sizes]  # n1/2 = 100 kB
-    assert cb.unphysical(sizes, line) is None
-    assert "2 size(s)" in cb.unphysical(sizes[:2], line[:2])
-    assert "beta" in cb.unphysical(sizes, line[::-1])  # the larger messages faster
+    assert bw.unphysical(sizes, line) is None
+    assert "2 size(s)" in bw.unphysical(sizes[:2], line[:2])
+    assert "beta" in bw.unphysical(sizes, line[::-1])  # the larger messages faster
     burst = [2e-4 if s < 1e5 else -2e-3 + 1e-8 * s for s in sizes]  # small messages through a token bucket's burst
-    assert "alpha -0.171 ms < 0: the line gives messages under 20.4 KiB" in cb.unphysical(sizes, burst)
-    assert "beyond the smallest size, 4 KiB; add smaller" in cb.unphysical(sizes, [1e-6 + 1e-8 * s for s in sizes])
-    assert "beyond the largest size, 4 MiB; add larger" in cb.unphysical(sizes, [1.0 + 1e-9 * s for s in sizes])
+    assert "alpha -0.171 ms < 0: the line gives messages under 20.4 KiB" in bw.unphysical(sizes, burst)
+    assert "beyond the smallest size, 4 KiB; add smaller" in bw.unphysical(sizes, [1e-6 + 1e-8 * s for s in sizes])
+    assert "beyond the largest size, 4 MiB; add larger" in bw.unphysical(sizes, [1.0 + 1e-9 * s for s in sizes])
     dipped = [t if s != 16384 else -1e-3 for s, t in zip(sizes, line, strict=True)]
-    assert "not above 0 at 16 KiB" in cb.unphysical(sizes, dipped)
+    assert "not above 0 at 16 KiB" in bw.unphysical(sizes, dipped)
 
 
 def test_the_report_says_the_load_it_measured_not_an_idle_core():
     recs = _loopback_records([(4096 * 4**i, 1 + i) for i in range(4)])
     for rec in recs:
         rec["machine_load"] = {"avg_1m_before": 2.4, "avg_1m_after": 2.1, "cores": 2}
-    text = cb.markdown(cb.summarize(recs), cb.fits(cb.summarize(recs)), "cmd", recs)
+    text = cr.markdown(cr.summarize(recs), cr.fits(cr.summarize(recs)), "cmd", recs)
     assert "load average was 2.40 before the first launch and 2.10 after the last" in text
     assert "idle" not in text
 
@@ -309,11 +318,11 @@ def test_commbench_records_the_load_around_each_launch_as_valid_json(tmp_path, m
 
         def run(self, config, args, out_json, log, timeout_s, program):
             measured = {"time_s": [1e-3], "cpu_s": [5e-4], "loaded_time_s": [2e-3], "loaded_cpu_s": [-1e-4]}
-            return {"status": "ok", "world_size": 2, "launcher": "torchrun", "measured": {"4096": measured}}
+            return {"status": "ok", **FOUND, "launcher": "torchrun", "measured": {"4096": measured}}
 
     bench = cb.Bench(["ddp"], [4096], 1, 2, "none", "shared", 1, 1, 60.0)
-    (rec,) = cb.run(Worker(), bench, tmp_path)
-    (line,) = (tmp_path / cb.RECORDS).read_text().splitlines()
+    (rec,) = cb.measure(Worker(), bench, tmp_path)
+    (line,) = (tmp_path / cr.RECORDS).read_text().splitlines()
     assert strict_json(line) == rec and rec["machine_load"]["avg_1m_before"] == 1.5
     assert rec["machine_load"]["avg_1m_after"] == 2.5
 
@@ -333,11 +342,11 @@ def test_an_interval_holds_its_point_strictly_inside():
 def test_the_table_reads_the_interval_apart_from_the_point_and_the_efficiency_to_two_digits():
     row = {"backend": "ddp", "nodes": 16, "nprocs": 4, "link": "x", "step_ms": 445.7, "samples_per_sec": 143.58}
     row |= {"samples_per_sec_lo": 65.0, "samples_per_sec_hi": 143.61, "scaling_efficiency": 0.00138}
-    assert "| 143.58 (65.00-143.61) | 0.0014 |" in pj.table([row])
+    assert "| 143.58 (65.00-143.61) | 0.0014 |" in pr.table([row])
     wide = row | {"samples_per_sec_hi": 150.0, "scaling_efficiency": 0.17}
-    assert "| 143.6 (65.0-150.0) | 0.17 |" in pj.table([wide])
+    assert "| 143.6 (65.0-150.0) | 0.17 |" in pr.table([wide])
     none = row | {"samples_per_sec_lo": None, "samples_per_sec_hi": None, "no_interval": "its inputs do not vary"}
-    assert "| 143.6 (no interval: its inputs do not vary) |" in pj.table([none])
+    assert "| 143.6 (no interval: its inputs do not vary) |" in pr.table([none])
 
 
 def test_the_profile_spread_is_in_the_interval_where_it_kept_its_passes():
@@ -346,7 +355,7 @@ def test_the_profile_spread_is_in_the_interval_where_it_kept_its_passes():
 
     assert PROFILE.resampled(random.Random(0)) is PROFILE
     passes = {"micro_forward_s": [4e-3, 5e-3, 6e-3], "micro_backward_s": [12e-3, 15e-3, 18e-3]}
-    kept = pj.replace(PROFILE, passes=passes | {"reference_s": [38e-3, 40e-3, 42e-3]})
+    kept = dataclasses.replace(PROFILE, passes=passes | {"reference_s": [38e-3, 40e-3, 42e-3]})
     rng = random.Random(0)
     ratios = {kept.resampled(rng).micro_over_reference for _ in range(50)}
     assert len(ratios) > 3 and all(0.3 < r < 0.7 for r in ratios)
@@ -354,11 +363,11 @@ def test_the_profile_spread_is_in_the_interval_where_it_kept_its_passes():
 
 def test_an_unphysical_commbench_fit_is_taken_held_at_zero_and_said():
     recs = _loopback_records([(4096, 3.5), (MiB, 1.2)])
-    link = pj.fit_link(recs, "commbench fit of ddp")
+    link = lk.fit_link(recs, "commbench fit of ddp")
     assert link.beta_s_per_byte == 0.0 and link.alpha_s > 0  # as before: held at beta >= 0
     assert "2 size(s)" in link.time_why and "beta" in link.time_why
-    ref = pj.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
-    cpu_nodes = pj.Projection(ref, PROFILE, pj.Plan(16, 4, 64, 1, "none", True), {"ddp": recs}, "none", 1.0)
+    ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
+    cpu_nodes = pj.Projection(ref, PROFILE, tl.Plan(16, 4, 64, 1, "none", True), {"ddp": recs}, "none", 1.0)
     time, cpu = cpu_nodes.link_warnings(link)
     assert time.startswith("commbench fit of ddp: not physical (2 size(s)")
     assert cpu.startswith("commbench fit of ddp (the computation it takes): not physical (2 size(s)")

@@ -1,6 +1,6 @@
 """One process of `run.py commbench`: each library's own all-reduce, timed over message sizes.
 
-    torchrun --nproc_per_node 2 -m distbench.scaling.worker --backend ddp --sizes 4096,65536 --repeats 20 --output F
+    torchrun --nproc_per_node 2 -m distbench.planning.worker --backend ddp --sizes 4096,65536 --repeats 20 --output F
 
 Started by the backend's own launcher, it sets the backend up as a run does (distbench's process group set-up) and
 times `Backend.gradient_all_reduce`: the call the library uses for gradients, with its 16-bit compression where
@@ -27,12 +27,13 @@ from pathlib import Path
 
 import torch
 
-from distbench import leave
+from distbench import leave, process
 from distbench.backends import get_spec
 from distbench.backends.base import SIXTEEN_BIT, ReduceOp
 from distbench.config import GradCompression
-from distbench.launching import launch
-from distbench.training.reporter import write_json
+from distbench.launching import link
+from distbench.launching.commands import check_launch
+from distbench.records import write_json
 
 WARMUP = 3  # untimed all-reduces per size: connections set up, buffers allocated
 MIN_BASELINE_S = 2e-3  # the shortest window the load's pace is measured over
@@ -66,6 +67,7 @@ class Load:
         self.settle(now)
 
     def pause(self) -> None:
+        """Stop computing after the product under way."""
         self._go.clear()
 
     def work(self, t: float) -> float:
@@ -75,10 +77,12 @@ class Load:
         return i - 1 + (t - ends[i - 1]) / (ends[i] - ends[i - 1])
 
     def settle(self, t: float) -> None:
+        """Wait until a product has ended after time t (`work` needs one on each side of it)."""
         while self.ends[-1] <= t:
             time.sleep(1e-4)
 
     def stop(self) -> None:
+        """End the thread."""
         self._stop.set()
         self._go.set()
         self._thread.join()
@@ -150,6 +154,7 @@ def time_all_reduce(backend, size: int, repeats: int, compression: str, load: Lo
 
 
 def main() -> None:
+    """One process: set the backend up, time its all-reduce at every size, and (the main process) write the result."""
     p = argparse.ArgumentParser()
     p.add_argument("--backend", required=True)
     p.add_argument("--sizes", required=True, help="comma-separated message sizes in bytes")
@@ -159,9 +164,9 @@ def main() -> None:
     p.add_argument("--output", required=True)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    env = launch.current()
+    env = process.current()
     spec = get_spec(a.backend)
-    spec.check_launch(env)
+    check_launch(a.backend, env)
     backend = spec.load()(env)
     backend.setup()
     load = Load() if backend.device.type == "cpu" else None
@@ -175,6 +180,7 @@ def main() -> None:
             "world_size": backend.world_size,
             "launcher": env.launcher,
             "nodes": env.nodes,
+            **link.observe(),  # the link as this process's network namespace has it
             "grad_compression": a.grad_compression,
             "measured": results,
         }

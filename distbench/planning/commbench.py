@@ -1,0 +1,213 @@
+"""`run.py commbench`: each library's own all-reduce over message sizes, under its launcher, on simulated nodes and
+shaped links (or a Slurm allocation), with nccl-tests' bandwidths and a latency-bandwidth fit (bandwidth.py).
+
+`run(request)` is the command: its options checked, every backend launched once per round (`measure`: the worker,
+worker.py, in each), the records appended to DIR/commbench.jsonl (one per backend x size x repeat, with the machine's
+load around its launch), and the report written (commbench_report.py: summary.csv, fit.json, commbench.md,
+busbw.png).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from distbench.backends import ALL_REDUCING
+from distbench.errors import UserError
+from distbench.launching.affinity import load_average
+from distbench.launching.placement import Placement
+from distbench.planning import commbench_report
+from distbench.planning.bandwidth import algbw, busbw
+from distbench.planning.commbench_report import RECORDS
+from distbench.records import append_line, to_json
+from distbench.sweep import executor as executors
+from distbench.sweep.configuration import AXES, SweepConfig, positive_ints
+
+DEFAULT_SIZES = tuple(4096 * 4**i for i in range(8))  # 4 KiB to 64 MiB
+
+
+def backend_names(backends: str) -> list[str]:
+    """--backends (commbench's and project's): the comma-separated backends, each one that all-reduces its
+    gradients."""
+    names = [b.strip() for b in backends.split(",") if b.strip()]
+    bad = [b for b in names if b not in ALL_REDUCING]
+    if bad or not names:
+        raise UserError(
+            f"--backends: the backends that all-reduce their gradients ({', '.join(ALL_REDUCING)}), got {backends!r}"
+        )
+    return names
+
+
+@dataclass(frozen=True)
+class CommbenchRequest:
+    """What `commbench` was given, as typed (each list comma-separated)."""
+
+    out: Path
+    backends: str
+    placement: Placement  # nodes, processes per node, the link and the scheduler, each checked as declared
+    repeats: int
+    rounds: int
+    sizes: str  # "": DEFAULT_SIZES
+    grad_compression: str
+    run_timeout_s: int
+    command_line: str  # as the report says it was built
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a commbench ended: its planned launches, how many failed, whether Ctrl-C stopped it, and where the launches'
+    logs are."""
+
+    runs: int
+    failed: int
+    interrupted: bool
+    logs: Path
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What a commbench times: the backends and their compressions, the message sizes, the topology and link, and
+    how often."""
+
+    backends: list[str]
+    sizes: list[int]
+    nodes: int
+    nprocs: int  # processes per node
+    link_rate: str
+    link_mode: str
+    repeats: int  # timed all-reduces per size, in one launch
+    rounds: int  # launches of each backend
+    timeout_s: float
+    compressions: tuple[str, ...] = ("none",)  # how the gradients travel: as is, or in 16 bits
+
+    def configs(self) -> list[SweepConfig]:
+        """One configuration per backend and compression, each launched once per round."""
+        return [
+            SweepConfig(
+                task="commbench",
+                backend=b,
+                world_size=self.nodes * self.nprocs,
+                threads=1,
+                grad_compression=c,
+                nodes=self.nodes,
+                link_rate=self.link_rate,
+                link_mode=self.link_mode,
+            )
+            for b in self.backends
+            for c in self.compressions
+        ]
+
+    def program(self, config: SweepConfig, out_json: Path) -> list[str]:
+        """What the launcher starts in each process (after python): the worker, writing its result to out_json."""
+        return [
+            "-m",
+            "distbench.planning.worker",
+            "--backend",
+            config.backend,
+            "--grad-compression",
+            config.grad_compression,
+            "--sizes",
+            ",".join(map(str, self.sizes)),
+            "--repeats",
+            str(self.repeats),
+            "--output",
+            str(out_json),
+        ]
+
+
+def run(request: CommbenchRequest) -> Outcome:
+    """The command: check what it was given (bad input is one UserError before anything is launched or written),
+    measure every backend once per round, write the report and print it."""
+    bench = _bench(request)
+    out = request.out
+    executor = executors.executor_for(
+        request.placement.scheduler
+    )  # `measure` creates the folder once it has checked the plan
+    try:
+        recs = measure(executor, bench, out)
+    except KeyboardInterrupt:
+        print(f"interrupted: the current launch was stopped; records so far are in {out / RECORDS}", file=sys.stderr)
+        return Outcome(0, 0, True, out / "runs")
+    if recs:
+        print(commbench_report.write(recs, out, request.command_line))
+    launched = len({(r["backend"], r["grad_compression"], r["round"]) for r in recs})
+    planned = len(bench.configs()) * bench.rounds
+    return Outcome(planned, planned - launched, False, out / "runs")
+
+
+def _bench(request: CommbenchRequest) -> Bench:
+    """The request's options checked and read, each bad one a UserError naming its flag."""
+    names = backend_names(request.backends)
+    r, p = request, request.placement
+    if min(r.repeats, r.rounds) <= 0 or p.world_size < 2:
+        raise UserError("--repeats and --rounds must be positive, with at least 2 processes (--nodes x --nprocs)")
+    sizes = positive_ints(r.sizes, "--sizes") if r.sizes else list(DEFAULT_SIZES)
+    compressions = tuple(AXES["grad_compression"].metadata["parse"](r.grad_compression, "--grad-compression"))
+    if (r.out / RECORDS).exists():
+        raise UserError(f"{r.out} already holds a commbench ({RECORDS}); choose another --out")
+    return Bench(
+        names, sizes, p.nodes, p.nprocs, p.link_rate, p.link_mode, r.repeats, r.rounds, r.run_timeout_s, compressions
+    )
+
+
+def records(result: dict, config: SweepConfig, rnd: int, load: dict | None = None) -> list[dict]:
+    """The worker's measurements as one record per size and repeat, each with the machine's load around its launch
+    (`load`: avg_1m_before, avg_1m_after, cores; as a training record's machine_load)."""
+    n = result["world_size"]
+    fields = {
+        "backend": config.backend,
+        "grad_compression": config.grad_compression,
+        "world_size": n,
+        "nodes": result["nodes"],  # as the worker found them (checked against the plan: `measure`)
+        "nprocs": n // result["nodes"],
+        "link_rate": result["link_rate"],
+        "link_mode": result["link_mode"],
+        "launcher": result["launcher"],
+        "round": rnd,
+        **({"machine_load": load} if load is not None else {}),
+    }
+    out = []
+    for size, measured in result["measured"].items():
+        for i, t in enumerate(measured["time_s"]):
+            rec = {**fields, "size_bytes": int(size), "repeat": i + 1}
+            rec |= {k: measured[k][i] for k in commbench_report.MEASURES if k in measured}
+            out.append(rec | {"algbw_Bps": algbw(int(size), t), "busbw_Bps": busbw(int(size), t, n)})
+    return out
+
+
+def found_by(result: dict, config: SweepConfig) -> SweepConfig:
+    """The configuration a worker found itself in: its world, nodes and link as its processes saw them."""
+    seen = {k: result[k] for k in ("world_size", "nodes", "link_rate", "link_mode")}
+    return replace(config, **seen, grad_compression=result["grad_compression"])
+
+
+def measure(executor, bench: Bench, out: Path) -> list[dict]:
+    """Every backend once per round (the order alternating by round); returns the records, also appended to
+    DIR/commbench.jsonl. A launch that fails is one FAILED line with its cause (whole in its log) and no records."""
+    configs = bench.configs()
+    executor.check(configs)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    found = []
+    for rnd in range(1, bench.rounds + 1):
+        for config in configs if rnd % 2 else configs[::-1]:
+            name = "-".join(
+                [config.backend, *([config.grad_compression] if len(bench.compressions) > 1 else []), f"r{rnd}"]
+            )
+            out_json = out / "runs" / f"{name}.json"
+            print(f"commbench: {config.name()} round {rnd}: running", file=sys.stderr, flush=True)
+            program = bench.program(config, out_json)
+            before = load_average()
+            result = executor.run(config, [], out_json, out / "runs" / f"{name}.log", bench.timeout_s, program)
+            load = {"avg_1m_before": before, "avg_1m_after": load_average(), "cores": os.cpu_count()}
+            if result["status"] == "ok" and (differences := config.differences(found_by(result, config))):
+                result = {"status": "failed", "error": "the launch did not run as planned: " + "; ".join(differences)}
+            if result["status"] != "ok":  # the others go on; the command then says how many failed, and exits 1
+                last = (result.get("error") or "no output").splitlines()[-1]
+                print(f"commbench: {config.name()} round {rnd}: FAILED: {last}", file=sys.stderr, flush=True)
+                continue
+            for rec in records(result, config, rnd, load):
+                append_line(out / RECORDS, to_json(rec, sort_keys=True))
+                found.append(rec)
+    return found

@@ -1,0 +1,106 @@
+"""`run.py project` as one call: its options checked, the inputs read (the sweeps' reference, the commbench or the
+nominal link, the profile: read, or measured here), each library predicted, the prediction written and printed."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from distbench.errors import UserError
+from distbench.launching import link
+from distbench.planning import projection_report
+from distbench.planning.commbench import backend_names
+from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
+from distbench.planning.profile import Profile, measure_profile
+from distbench.planning.projection import Projection
+from distbench.planning.reference import Reference
+from distbench.planning.timeline import GRADIENT_ALLREDUCE, Plan
+
+
+@dataclass(frozen=True)
+class ProjectRequest:
+    """What `project` was given, as typed."""
+
+    sweep_dirs: list[Path]
+    output: Path
+    nodes: int
+    nprocs: int
+    link_rate: str  # "": as the commbench measured it
+    commbench: Path | None
+    backends: str  # comma-separated
+    accumulate: int
+    grad_compression: str
+    batch_size: int  # 0: the sweep's
+    profile: Path | None  # None: measure it
+
+
+def run(request: ProjectRequest) -> None:
+    """The command: bad input is one UserError before anything is measured or written; then each backend's
+    prediction, written to the output (the profile beside it) and printed."""
+    names = backend_names(request.backends)
+    _check(request)
+    rate, links = _links(request, names)
+    ref = Reference.load(request.sweep_dirs, request.batch_size or None)
+    plan = _plan(request, ref)
+    profile = _profile(request, ref, plan)
+    from distbench.backends.ddp import bucket_cap_mb_for  # torch's: only once the inputs are good
+
+    cap = bucket_cap_mb_for(ref.device, profile.total_bytes)
+    projection = Projection(ref, profile, plan, links, rate, cap)
+    rows = [projection.predict(b) for b in names]
+    projection_report.write(rows, profile, request.output)
+    projection_report.say(projection, rows, request.sweep_dirs, request.commbench, request.output)
+
+
+def _check(r: ProjectRequest) -> None:
+    if min(r.nodes, r.nprocs, r.accumulate) <= 0 or r.batch_size < 0:
+        raise UserError("--nodes, --nprocs, --accumulate and --batch-size must be positive")
+    if r.grad_compression not in COMPRESSED_FRACTION:
+        raise UserError(f"--grad-compression {r.grad_compression!r}: one of {', '.join(COMPRESSED_FRACTION)}")
+    if not r.link_rate and r.commbench is None:
+        raise UserError("give --link-rate (the nodes' link), --commbench DIR (measured on it), or both")
+
+
+def _links(r: ProjectRequest, names: list[str]) -> tuple[str | None, dict[str, list[dict]] | None]:
+    """The planned link's rate and commbench's records per backend (None: the nominal rate), each backend's there."""
+    rate = r.link_rate or None
+    if rate is not None:
+        link.parse_rate(rate)
+    if r.commbench is None:
+        Link.nominal(rate)  # a rate it can be taken at
+        return rate, None
+    rate, links = load_links(r.commbench, rate)
+    missing = [b for b in names if b not in links and GRADIENT_ALLREDUCE[b] not in links]
+    if missing:
+        raise UserError(f"--commbench {r.commbench} has no records of {', '.join(missing)}")
+    return rate, links
+
+
+def _plan(r: ProjectRequest, ref: Reference) -> Plan:
+    """The planned scale; a global batch that does not split into its processes' micro-batches is one line."""
+    plan = Plan(
+        r.nodes, r.nprocs, r.batch_size or ref.batch_size, r.accumulate, r.grad_compression, ref.device == "cpu"
+    )
+    if plan.micro_batch < 1 or plan.batch_size % (plan.world * r.accumulate):
+        raise UserError(
+            f"a global batch of {plan.batch_size} does not split into {plan.world} processes x {r.accumulate} "
+            "micro-batches"
+        )
+    return plan
+
+
+def _profile(r: ProjectRequest, ref: Reference, plan: Plan) -> Profile:
+    """The profile --profile names, measured at the plan's micro-batch; else measured here, now."""
+    if r.profile is None:
+        print(
+            f"measuring the backward of {ref.task} at micro-batch {plan.micro_batch} ...", file=sys.stderr, flush=True
+        )
+        return measure_profile(ref, plan.micro_batch)
+    measured = Profile.read(r.profile)
+    if measured.micro_batch != plan.micro_batch:
+        raise UserError(
+            f"--profile {r.profile} was measured at micro-batch {measured.micro_batch}, this plan's is "
+            f"{plan.micro_batch}: leave --profile out to measure it"
+        )
+    return measured

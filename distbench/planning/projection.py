@@ -1,0 +1,223 @@
+"""A library's step time at a planned scale, from what one machine measured (docs/projection.md).
+
+Three measurements go in, each where it is measured best:
+
+- the computation, from a compare sweep's `single` x1 runs (reference.py: `Reference`);
+- the shape of backward, from the task's own model on this machine (profile.py: `Profile`);
+- the link, from commbench's fit of each library's own all-reduce, or the link's nominal rate (links.py: `Link`).
+
+Each library's step is then a timeline (timeline.py). The interval comes from the spread of every measurement it
+uses: the prediction is repeated on bootstrap resamples of the reference runs (their samples/s too, for the
+efficiency), of commbench's repeats and of the profile's passes (`interval`). Each way a projection goes beyond what
+was measured it says (`Projection.warnings`, `Projection.link_warnings`); projection_report.py writes and prints it.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, replace
+
+from distbench.errors import UserError
+from distbench.planning.commbench_report import label, series
+from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link
+from distbench.planning.profile import Profile
+from distbench.planning.reference import Phases, Reference, median_phases
+from distbench.planning.timeline import GRADIENT_ALLREDUCE, Computation, Plan, step_s
+
+RESAMPLES = 200  # bootstrap resamples behind each interval
+
+
+def interval(point: float, resamples: list[float]) -> tuple[float | None, float | None, str | None]:
+    """The 95 % interval of a prediction from its bootstrap resamples: their 2.5-97.5 % range, an end that falls on
+    the point or inside it (resamples tied with the point: an input without spread, a fit held at 0) moved out to the
+    nearest resample beyond the point, so that the point lies strictly inside. Where no resample lies beyond the
+    point on a side, there is no interval: (None, None, why)."""
+    ordered = sorted(resamples)
+    below = [v for v in ordered if v < point]
+    above = [v for v in ordered if v > point]
+    if not below or not above:
+        why = (
+            "its inputs do not vary" if not below and not above else f"no resample {'below' if not below else 'above'}"
+        )
+        return None, None, why
+    n = len(ordered)
+    return min(ordered[int(0.025 * n)], below[-1]), max(ordered[int(0.975 * n) - 1], above[0]), None
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Everything a prediction is made from: the reference's computation, the profile of backward, the plan, and the
+    link (commbench's records per backend, or None: the nominal rate), with DDP's bucket cap for the plan's device
+    and gradients (backends/ddp.py's own choice)."""
+
+    ref: Reference
+    profile: Profile
+    plan: Plan
+    links: dict[str, list[dict]] | None  # commbench's records per backend; None: the nominal link
+    rate: str | None
+    cap_mb: float
+
+    def measured_as(self, backend: str) -> str:
+        """The commbench backend whose all-reduce carries this library's gradients (its own if that is missing)."""
+        carrier = GRADIENT_ALLREDUCE[backend]
+        return carrier if self.links is not None and carrier in self.links else backend
+
+    def carried(self, backend: str) -> tuple[list[dict], float, str]:
+        """The carrier's commbench records for the plan's compression, the bytes its fit is taken at per gradient
+        byte, and what they are: the compression as the library sends it where commbench timed it, else the
+        uncompressed all-reduce at the compressed size."""
+        carrier, compression = self.measured_as(backend), self.plan.compression
+        recs = self.links[carrier]
+        timed = [r for r in recs if series(r)[1] == compression]
+        if timed:
+            return timed, 1.0, f"commbench fit of {label(carrier, compression)}"
+        plain = [r for r in recs if series(r)[1] == "none"]
+        if not plain:
+            raise UserError(f"the commbench timed {carrier} neither with {compression} nor uncompressed")
+        return plain, COMPRESSED_FRACTION[compression], f"commbench fit of {carrier} at {compression}'s size"
+
+    def link_for(self, backend: str, recs: list[dict] | None = None) -> Link:
+        """The link this library's gradients travel on: the fit of its carrier's records (or of `recs`, a resample
+        of them), or the nominal rate."""
+        if self.links is None:
+            return Link.nominal(self.rate, self.plan.compression)
+        carried, fraction, said = self.carried(backend)
+        return fit_link(recs if recs is not None else carried, said, fraction)
+
+    @property
+    def micro_runs(self) -> list[Phases] | None:
+        """The sweep's runs at the plan's micro-batch, if it ran it (None: scale the reference's by the profile)."""
+        return self.ref.by_batch.get(self.plan.micro_batch)
+
+    @property
+    def measured(self) -> dict | None:
+        """The scale and link the commbench measured at (None: no commbench, the nominal link)."""
+        if self.links is None:
+            return None
+        recs = [r for rs in self.links.values() for r in rs]
+        nodes = max(r.get("nodes") or 1 for r in recs)
+        world = max(r["world_size"] for r in recs)
+        mode = recs[0].get("link_mode") or "shared"
+        return {"world_size": world, "nodes": nodes, "nprocs": world // nodes, "link_mode": mode}
+
+    def warnings(self) -> list[str]:
+        """Each way the plan goes beyond what was measured (the fits' own: `link_warnings`)."""
+        plan, m, out = self.plan, self.measured, []
+        if m is None:
+            out.append(
+                f"the link {self.rate} was not measured: it is taken at its nominal rate, with no latency and no CPU "
+                "cost (give --commbench DIR, measured on it)"
+            )
+        else:
+            if plan.world > m["world_size"]:
+                out.append(
+                    f"{plan.world} ranks, beyond the {m['world_size']} the commbench measured: the all-reduce at "
+                    f"{plan.world} ranks is its fit at {m['world_size']} carried by a ring's arithmetic, not measured"
+                )
+            if plan.nodes > m["nodes"]:
+                alone = (
+                    " (one node: its ranks talked over its loopback, no link between nodes)" if m["nodes"] == 1 else ""
+                )
+                out.append(f"{plan.nodes} nodes, beyond the {m['nodes']} the commbench measured{alone}")
+        if not self.micro_runs and plan.micro_batch != self.ref.batch_size:
+            out.append(
+                f"forward+backward at micro-batch {plan.micro_batch} is batch {self.ref.batch_size}'s scaled by the "
+                f"profile, not measured (`single` x1 runs at batch {plan.micro_batch}, given as a second folder, "
+                "measure it; docs/projection.md)"
+            )
+        return out
+
+    def link_warnings(self, link_: Link) -> list[str]:
+        """A fit that is not physical, as the prediction takes it (held at alpha, beta >= 0)."""
+        whys = {"": link_.time_why, " (the computation it takes)": self.plan.cores_shared and link_.cpu_why}
+        return [
+            f"{link_.source}{what}: not physical ({why}); the prediction takes its alpha and beta held at 0 or above"
+            for what, why in whys.items()
+            if why and (not what or why != link_.time_why)  # the same reason for both: said once
+        ]
+
+    def one(self, backend: str, phases: Phases, link_: Link, micro: Phases | None = None, profile=None) -> float:
+        """One step of `backend`, s, from these phases (and these at the micro-batch, where it was run), link and
+        profile (the projection's own by default)."""
+        profile = profile or self.profile
+        comp = Computation.of(phases, profile, self.ref.batch_size, self.plan, micro)
+        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb)
+
+    def predict(self, backend: str, seed: int = 0) -> dict:
+        """One library's prediction, as the output holds it (one object per backend): its step time, samples/s and
+        scaling efficiency with their 95 % intervals (bootstrap resamples drawn from `seed`), where the link and the
+        computation come from, and the warnings that apply to it."""
+        micro, plan = self.micro_runs, self.plan
+        link_ = self.link_for(backend)
+        step = self.one(backend, median_phases(self.ref.runs), link_, micro and median_phases(micro))
+        single = statistics.median(self.ref.samples_per_sec)
+        sps = plan.batch_size / step
+        eff = sps / (plan.world * single)
+        boot_sps, boot_eff = self._bootstrap(backend, random.Random(seed))
+        sps_lo, sps_hi, sps_why = interval(sps, boot_sps)
+        eff_lo, eff_hi, _ = interval(eff, boot_eff)
+        return {
+            "backend": backend,
+            "nodes": plan.nodes,
+            "nprocs": plan.nprocs,
+            "world_size": plan.world,
+            "global_batch_size": plan.batch_size,
+            "micro_batch_size": plan.micro_batch,
+            "accumulate": plan.accumulate,
+            "grad_compression": plan.compression,
+            "link_rate": self.rate,
+            "link": link_.source,
+            "computation": f"measured at micro-batch {plan.micro_batch}"
+            if micro
+            else f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile",
+            "step_ms": step * 1e3,
+            "samples_per_sec": sps,
+            "samples_per_sec_lo": sps_lo,
+            "samples_per_sec_hi": sps_hi,
+            "no_interval": sps_why,  # why samples/s has none (None: it has one)
+            # strong scaling: the same global batch on one process (the reference) and on world_size processes
+            "scaling_efficiency": eff,
+            "scaling_efficiency_lo": eff_lo,
+            "scaling_efficiency_hi": eff_hi,
+            "reference_samples_per_sec": single,
+            "commbench": self.measured,
+            "warnings": [*self.warnings(), *self.link_warnings(link_)],
+        }
+
+    def _bootstrap(self, backend: str, rng: random.Random) -> tuple[list[float], list[float]]:
+        """The prediction's samples/s and efficiency on RESAMPLES bootstrap resamples of every input."""
+        micro, runs, plan = self.micro_runs, self.ref.runs, self.plan
+        boot_sps, boot_eff = [], []
+        for _ in range(RESAMPLES):
+            picks = self._picks(rng, runs)
+            b_step = self.one(
+                backend,
+                median_phases([runs[i] for i in picks]),
+                self._resampled_link(backend, rng),
+                micro and median_phases([micro[i] for i in self._picks(rng, micro)]),
+                self.profile.resampled(rng),
+            )
+            boot_sps.append(plan.batch_size / b_step)
+            # the efficiency's reference resampled with the same runs
+            boot_eff.append(boot_sps[-1] / (plan.world * statistics.median(self.ref.samples_per_sec[i] for i in picks)))
+        return boot_sps, boot_eff
+
+    @staticmethod
+    def _picks(rng: random.Random, runs: list) -> list[int]:
+        """A bootstrap resample of the runs, as their indices."""
+        return [rng.choice(range(len(runs))) for _ in runs]
+
+    def _resampled_link(self, backend: str, rng: random.Random) -> Link:
+        if self.links is None:
+            return Link.nominal(self.rate, self.plan.compression)
+        by_size: dict[int, list[dict]] = {}
+        for r in self.carried(backend)[0]:
+            by_size.setdefault(r["size_bytes"], []).append(r)
+        recs = [rng.choice(group) for group in by_size.values() for _ in group]
+        return self.link_for(backend, recs)
+
+
+def with_plan(projection: Projection, **changes) -> Projection:
+    """The same projection for a plan with `changes`."""
+    return replace(projection, plan=replace(projection.plan, **changes))

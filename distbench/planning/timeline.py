@@ -1,0 +1,180 @@
+"""Each library's step as a timeline, from one process's computation, the shape of its backward and the link: when
+gradients become ready during the last micro-batch's backward, as late as the slowest of the ranks gets there
+(`expected_max_normal`), how the library groups them (DDP's buckets, by torch's own assignment: `ddp_step`; Horovod's
+fusion of what is ready at each cycle: `horovod_step`), and their all-reduces one after another on the link. The step
+ends when both backward (on CPU nodes, lengthened by what the all-reduces take from it) and the last all-reduce are
+done; then the optimizer runs."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from distbench.planning.links import Link
+from distbench.planning.profile import Profile
+from distbench.planning.reference import Phases
+
+HOROVOD_CYCLE_S = 1e-3  # Horovod >= 0.21: HOROVOD_CYCLE_TIME's default (1 ms)
+HOROVOD_FUSION_BYTES = 128 * 2**20  # Horovod >= 0.21: HOROVOD_FUSION_THRESHOLD's default (128 MB)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The scale a projection is for."""
+
+    nodes: int
+    nprocs: int
+    batch_size: int  # global
+    accumulate: int
+    compression: str
+    cores_shared: bool = False  # CPU training: the processes' computation and their all-reduces share the cores
+
+    @property
+    def world(self) -> int:
+        """The planned processes, all nodes together."""
+        return self.nodes * self.nprocs
+
+    @property
+    def micro_batch(self) -> int:
+        """One process's batch in one micro-batch."""
+        return self.batch_size // (self.world * self.accumulate)
+
+
+@dataclass(frozen=True)
+class Computation:
+    """One process's step without communication, s: `accumulate` micro-batches of data and forward+backward, one
+    optimizer step; backward of the last micro-batch starts at `backward_start` and lasts `backward`. `lockstep`:
+    how much later than the mean the slowest rank gets there (every exchange waits for it)."""
+
+    data: float
+    forward: float
+    backward: float
+    optimizer: float
+    accumulate: int
+    lockstep: float = 0.0
+
+    @classmethod
+    def of(
+        cls, phases: Phases, profile: Profile, ref_batch: int, plan: Plan, micro: Phases | None = None
+    ) -> Computation:
+        """`phases` at the reference batch scaled to the plan's micro-batch by the profile; or, where the sweep ran
+        the micro-batch itself (`micro`), its data, forward+backward and step-time jitter as measured. The slowest of
+        W ranks is late by the expected maximum of W draws of a step's jitter (K micro-batches: sqrt(K) times one's)."""
+        if micro is not None:
+            fb, data, jitter = micro.forward_backward / 1e3, micro.data / 1e3, micro.jitter / 1e3
+        else:
+            fb = phases.forward_backward / 1e3 * profile.micro_over_reference
+            data = phases.data / 1e3 * plan.micro_batch / ref_batch
+            jitter = phases.jitter / 1e3 * profile.micro_over_reference
+        lockstep = jitter * math.sqrt(plan.accumulate) * expected_max_normal(plan.world)
+        forward, backward = fb * profile.forward_share, fb * (1 - profile.forward_share)
+        return cls(data, forward, backward, phases.optimizer / 1e3, plan.accumulate, lockstep)
+
+    @property
+    def backward_start(self) -> float:
+        """From the step's start: every micro-batch's data, the first K-1 forward+backward, the last forward, and the
+        wait for the slowest rank."""
+        return (
+            self.accumulate * self.data
+            + (self.accumulate - 1) * (self.forward + self.backward)
+            + self.forward
+            + self.lockstep
+        )
+
+    def step_s(self, communication_end: float, communication_cpu: float = 0.0) -> float:
+        """The step: until backward and the last all-reduce are both done, then the optimizer. On a node whose cores
+        all compute (CPU training), the CPU time of the all-reduces (`communication_cpu`) is taken from backward's:
+        backward cannot end before its own time plus theirs."""
+        backward_end = self.backward_start + self.backward + communication_cpu
+        return max(backward_end, communication_end) + self.optimizer
+
+
+@functools.cache
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] (0 for one; 0.564 for two, 1.029 for four, 1.766 for sixteen):
+    how far the slowest of n ranks is behind the mean, in standard deviations of a rank's step time."""
+    if n <= 1:
+        return 0.0
+    dx = 1e-3
+    grid = [-8 + i * dx for i in range(int(16 / dx) + 1)]
+    cdf = [0.5 * (1 + math.erf(x / math.sqrt(2))) for x in grid]
+    pdf = [math.exp(-x * x / 2) / math.sqrt(2 * math.pi) for x in grid]
+    return sum(x * n * f * c ** (n - 1) for x, f, c in zip(grid, pdf, cdf, strict=True)) * dx
+
+
+def serial(ready_and_bytes: list[tuple[float, float]], link_: Link, world: int, start_cost: float = 0.0) -> float:
+    """All-reduces on one link, one after another, each starting when its data is ready and the link is free (plus
+    `start_cost` each): when the last one ends."""
+    free = 0.0
+    for ready, nbytes in ready_and_bytes:
+        free = max(free, ready) + start_cost + link_.allreduce_s(nbytes, world)
+    return free
+
+
+def ddp_buckets(profile: Profile, cap_mb: float) -> list[list[int]]:
+    """DDP's rebuilt buckets (after the first step, in the order gradients became ready): torch's own assignment,
+    the first bucket capped at 1 MB, the others at bucket_cap_mb."""
+    import torch
+    import torch.distributed as dist
+
+    fake = [torch.empty(n // 4) for n in profile.grad_bytes]  # float32 gradients: the sizes are what matter
+    limits = [dist._DEFAULT_FIRST_BUCKET_BYTES, int(cap_mb * 2**20)]
+    return dist._compute_bucket_assignment_by_size(fake, limits, [False] * len(fake))[0]
+
+
+def ddp_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:
+    """DDP (and Accelerate, which is DDP underneath): under no_sync the first K-1 micro-batches only accumulate; in
+    the last one's backward each bucket is all-reduced as soon as its last gradient is ready (DDP's reducer), in
+    bucket order; a comm hook's compression sends fewer bytes."""
+    shrink = link_.wire_fraction
+    jobs = []
+    for bucket in ddp_buckets(profile, cap_mb):
+        ready = comp.backward_start + comp.backward * max(profile.ready[i] for i in bucket)
+        jobs.append((ready, shrink * sum(profile.grad_bytes[i] for i in bucket)))
+    cpu = sum(link_.cpu_s(nbytes, plan.world) for _, nbytes in jobs) if plan.cores_shared else 0.0
+    return comp.step_s(serial(jobs, link_, plan.world), cpu)
+
+
+def horovod_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> float:
+    """Horovod: with backward_passes_per_step=K the hooks all-reduce after the K-th backward only; its background
+    thread wakes every cycle and all-reduces what is ready by then, fused, up to the fusion threshold per all-reduce.
+    Each fused all-reduce takes commbench's time of Horovod's all-reduce: commbench times it from the hook's enqueue
+    to its end, so its latency already holds the wait for the cycle and the negotiation."""
+    shrink = link_.wire_fraction
+    ready = [comp.backward_start + comp.backward * r for r in profile.ready]
+    clock, cpu, i, n = 0.0, 0.0, 0, len(ready)
+    while i < n:
+        clock = max(clock, ready[i])
+        cycle = HOROVOD_CYCLE_S * math.ceil(clock / HOROVOD_CYCLE_S)  # the wake-up that takes it, and what is ready
+        fused = []
+        while i < n and ready[i] <= cycle:
+            fused.append(shrink * profile.grad_bytes[i])
+            i += 1
+        for chunk in _fusion_chunks(fused):
+            clock += link_.allreduce_s(chunk, plan.world)
+            cpu += link_.cpu_s(chunk, plan.world)
+    return comp.step_s(clock, cpu if plan.cores_shared else 0.0)
+
+
+def _fusion_chunks(sizes: list[float]) -> list[float]:
+    chunks, current = [], 0.0
+    for s in sizes:
+        if current and current + s > HOROVOD_FUSION_BYTES:
+            chunks.append(current)
+            current = 0.0
+        current += s
+    return [*chunks, current] if current else chunks
+
+
+MODELS = {"ddp": "ddp", "accelerate": "ddp", "horovod": "horovod"}  # the timeline each library follows
+# whose all-reduce carries each library's gradients: Accelerate's go through the DDP it wraps the model in
+# (torch.distributed.all_reduce), not through accelerator.reduce, which commbench also times
+GRADIENT_ALLREDUCE = {"ddp": "ddp", "accelerate": "ddp", "horovod": "horovod"}
+
+
+def step_s(backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:
+    """One step of `backend`, s: the timeline its library follows (MODELS)."""
+    if MODELS[backend] == "horovod":
+        return horovod_step(comp, profile, link_, plan)
+    return ddp_step(comp, profile, link_, plan, cap_mb)
