@@ -304,10 +304,10 @@ def measure_third() -> None:
 
 def measured(sweep: Sweep, root: Path = OUT) -> dict[tuple, list[float]]:
     """samples/s of every ok run of the sweep, by (backend, rate, accumulate, compression)."""
-    from distbench.sweep import report
+    from distbench.sweep import grouping
 
     out: dict[tuple, list[float]] = {}
-    for r in report.load([root / sweep.name]).records:
+    for r in grouping.load([root / sweep.name]).records:
         if r["status"] == "ok":
             key = (r["backend"], r["link_rate"], r["accumulate"], r["grad_compression"])
             out.setdefault(key, []).append(r["samples_per_sec"])
@@ -366,9 +366,9 @@ LOADED_SOURCE = (
 def recorded_machine(sweeps: tuple[Sweep, ...], root: Path) -> str:
     """The machine and the day the sweeps were measured on, from their records (a table written later, elsewhere,
     still says where its measurements come from)."""
-    from distbench.sweep import report
+    from distbench.sweep import grouping
 
-    recs = [r for s in sweeps for r in report.load([root / s.name]).records]
+    recs = [r for s in sweeps for r in grouping.load([root / s.name]).records]
     platforms = sorted({r["environment"]["platform"] for r in recs})
     days = sorted({r["started_at"][:10] for r in recs})
     cores = sorted({str(r["environment"]["cpu_count"]) for r in recs})

@@ -81,7 +81,7 @@ MNIST_ARGS = [
 def mnist_run(tmp_path_factory):
     """`mnist_run(backend, world_size, *options)`: the record of a real launched MNIST run (dropout off, global
     batch 64, 1 thread per process, MNIST_STEPS steps), run once per session and shared by the test modules
-    that check it (equivalence in test_multiprocess.py, accumulation and compression in test_knobs.py)."""
+    that check it (equivalence in multiproc/test_equivalence.py, accumulation and compression in test_knobs.py)."""
     from tests.helpers import child_env, launch, read_record, run_cmd
 
     cache: dict = {}

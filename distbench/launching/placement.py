@@ -120,6 +120,7 @@ class Placement:
 
     @property
     def world_size(self) -> int:
+        """Every process of the job: nodes x processes per node."""
         return self.nodes * self.nprocs
 
     def said(self) -> str:

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from distbench.errors import UserError
-from distbench.launching import link
 
 NORMAL_P90 = 1.2816  # the 90th percentile of a standard normal, in standard deviations
 
@@ -55,9 +54,9 @@ class Reference:
 
     @classmethod
     def _of(cls, sweep_dirs: list[Path], batch: int | None, where: str) -> Reference:
-        from distbench.sweep import report
+        from distbench.sweep.grouping import load
 
-        recs = [r for r in report.load(sweep_dirs).records if _is_reference(r)]
+        recs = [r for r in load(sweep_dirs).records if _is_reference(r)]
         if not recs:
             raise UserError(
                 f"{where}: no successful `single` x1 run (accumulate 1, no compression, unshaped) to take the "
@@ -91,11 +90,9 @@ def median_phases(runs: list[Phases]) -> Phases:
 
 
 def _is_reference(r: dict) -> bool:
-    return (
-        r["status"] == "ok"
-        and r["backend"] == "single"
-        and r["world_size"] == 1
-        and r.get("accumulate", 1) == 1
-        and r.get("grad_compression", "none") == "none"
-        and r["link_rate"] == link.UNSHAPED
-    )
+    """A successful run of the sweep's reference configuration (its SweepConfig says: `single` x1, one node,
+    unshaped, nothing compressed) without accumulation: the computation a planned step is built from."""
+    from distbench.sweep.configuration import SweepConfig
+
+    config = SweepConfig.from_record(r)
+    return r["status"] == "ok" and config.is_reference and config.accumulate == 1

@@ -46,6 +46,7 @@ def _csv(text: str, option: str) -> list[str]:
 
 
 def positive_ints(text: str, option: str) -> list[int]:
+    """A comma-separated list of positive integers (commbench's --sizes), one line naming `option` if it is not."""
     try:
         values = [int(v) for v in _csv(text, option)]
     except ValueError as e:
@@ -214,6 +215,7 @@ class SweepConfig:
     # ---- identity ------------------------------------------------------------------------------------------------
     @property
     def key(self) -> tuple:
+        """Every axis's value, in declared order."""
         return tuple(getattr(self, f.name) for f in fields(self))
 
     def sort_key(self) -> tuple:
@@ -233,6 +235,7 @@ class SweepConfig:
 
     @property
     def is_reference(self) -> bool:
+        """Whether this is the reference configuration itself."""
         return self == self.reference()
 
     def runs_here(self) -> bool:
@@ -259,6 +262,7 @@ class SweepConfig:
 
     # ---- the record ----------------------------------------------------------------------------------------------
     def to_record(self) -> dict:
+        """Its axes as the record's fields name them (threads: threads_per_process)."""
         return {f.metadata["record"] or f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod

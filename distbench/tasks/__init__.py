@@ -29,19 +29,45 @@ from distbench.errors import UserError
 
 
 class Task(Protocol):
+    """What a task gives the loop (docs/tasks.md): a model, its optimizer, its data and its step; it knows nothing of
+    distribution (the backend shards, wraps and exchanges). Built as `Task(cfg)` with the run's RunConfig; `defaults`
+    (a class attribute) may set the options the user leaves unset."""
+
     name: str
 
-    def build_model(self) -> nn.Module: ...
-    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer: ...
-    # optional: a learning-rate scheduler stepped after every optimizer step (None: constant)
-    def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int, steps_per_epoch: int): ...
-    # train, test (the same on every rank), optionally what they are: {name, source, notice?, ...}
-    def datasets(self) -> tuple[Dataset, Dataset, dict] | tuple[Dataset, Dataset]: ...
-    def collate(self, samples): ...
-    def step(self, model: nn.Module, batch) -> torch.Tensor: ...  # the mean loss; no backward here
-    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]: ...  # sums: correct, count, loss_sum
-    # optional: the submodules a sharding backend (fsdp) shards one by one, inner before outer (none: the root alone)
-    def shard_units(self, model: nn.Module) -> list[nn.Module]: ...
+    def build_model(self) -> nn.Module:
+        """The model, its weights drawn from the seeded global RNG (the same on every rank)."""
+        ...
+
+    def build_optimizer(self, model: nn.Module) -> torch.optim.Optimizer:
+        """The optimizer of `model`'s parameters (the wrapped model's, as the backend hands it)."""
+        ...
+
+    def build_scheduler(self, optimizer: torch.optim.Optimizer, total_steps: int, steps_per_epoch: int):
+        """Optional: a learning-rate scheduler stepped after every optimizer step (None: a constant rate)."""
+        ...
+
+    def datasets(self) -> tuple[Dataset, Dataset, dict] | tuple[Dataset, Dataset]:
+        """The training and test sets, the same on every rank, and optionally what they are ({name, source,
+        notice?, ...}: the record's `dataset`)."""
+        ...
+
+    def collate(self, samples):
+        """The batch of a list of samples, as `step` and `evaluate` take it."""
+        ...
+
+    def step(self, model: nn.Module, batch) -> torch.Tensor:
+        """The mean loss of `batch` (no backward here: the backend runs it its library's way)."""
+        ...
+
+    def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        """Sums over `batch`: loss_sum, correct and count (float64), summed exactly over every rank's shard."""
+        ...
+
+    def shard_units(self, model: nn.Module) -> list[nn.Module]:
+        """Optional: the submodules a sharding backend shards one by one, inner before outer (none: the root
+        alone)."""
+        ...
 
 
 # The built-in tasks; any other `--task` is a user's `package.module:Class` or `path/to/file.py:Class`.
@@ -75,10 +101,12 @@ class TensorClassification:
     collate = staticmethod(collate_tensor_batch)
 
     def step(self, model: nn.Module, batch) -> torch.Tensor:
+        """The mean loss of one batch."""
         x, y = batch
         return self.criterion(model(x), y)
 
     def evaluate(self, model: nn.Module, batch) -> dict[str, torch.Tensor]:
+        """The batch's sums (classification_sums)."""
         x, y = batch
         return classification_sums(model(x), y, self.criterion)
 

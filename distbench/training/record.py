@@ -65,6 +65,7 @@ def _version(pkg: str) -> str | None:
 
 
 def environment(backend: Backend, threads: int, cores: list[int] | None) -> dict:
+    """The software, the machine and this process's threads, cores, device and collective library."""
     return {
         "torch": torch.__version__,
         "accelerate": _version("accelerate"),
@@ -122,6 +123,7 @@ def dropout_p(model: nn.Module) -> float:
 
 
 def peak_memory_mb(backend: Backend) -> float:
+    """This process's peak: the allocator's on a GPU, the resident set's on a CPU, in MiB."""
     if backend.device.type == "cuda":
         return torch.cuda.max_memory_allocated(backend.device) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB

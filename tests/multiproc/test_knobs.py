@@ -36,7 +36,7 @@ def single_runs(mnist_run):
 @pytest.fixture(scope="module", params=DISTRIBUTED)
 def runs(request, mnist_run):
     """Every setting of one backend at world size 2 (bf16 is refused by Horovod: see its test). The plain run
-    (acc1) is the one test_multiprocess.py compares with single."""
+    (acc1) is the one test_equivalence.py compares with single."""
     backend = request.param
     # horovod refuses bf16; the sharding backends' bf16 is the same reduce_dtype as their fp16, and accelerate's the
     # same DDP communication hook as ddp's (bf16_compress_hook): one format suffices for each of them

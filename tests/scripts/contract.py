@@ -6,7 +6,7 @@
     torchrun --nproc_per_node 2 -m tests.scripts.contract --backend fsdp
 
 Each `check_*` asserts on its own rank; a failed check raises, the launcher reports the failure, and the
-pytest test (tests/test_contract.py) fails with the captured output. The main process prints
+pytest test (tests/multiproc/test_contract.py) fails with the captured output. The main process prints
 "contract ok" when every rank passed every check.
 """
 
