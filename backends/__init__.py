@@ -18,7 +18,7 @@ import importlib
 from dataclasses import dataclass
 
 from distbench.errors import BackendUnavailable, UserError
-from distbench.process import ACCELERATE, BY_HAND, HOROVODRUN, PYTHON, SRUN, TORCHRUN, LaunchEnv
+from distbench.process import ACCELERATE, BY_HAND, DEEPSPEED, HOROVODRUN, PYTHON, SRUN, TORCHRUN, LaunchEnv
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,9 @@ class BackendSpec:
     launchers: tuple[str, ...]  # launcher names (distbench/process.py), the usual one first
     help: str
     distributed: bool = True  # False: one process, no exchange (the reference of speed-up and equivalence)
-    exchange: str = "all-reduce"  # how its gradients cross the ranks: all-reduce, or reduce-scatter (sharded)
+    exchange: str = "all-reduce"  # how its gradients cross the ranks: all-reduce, reduce-scatter (sharded), or zero
+    # (DeepSpeed's ZeRO: by --zero-stage, an all-reduce at 0, reduce-scatters and all-gathers at 1 to 3)
+    zero_stages: bool = False  # whether it takes --zero-stage
 
     def program(self, args: list[str]) -> list[str]:
         """What follows `python` to run this backend with `args`: `run.py --backend NAME ARGS`."""
@@ -48,6 +50,8 @@ class BackendSpec:
             raise UserError(
                 f"--grad-compression {cfg.grad_compression}: the {self.name} backend exchanges no gradients; use none"
             )
+        if cfg.zero_stage and not self.zero_stages:
+            raise UserError(f"--zero-stage {cfg.zero_stage}: only the deepspeed backend has ZeRO stages; leave it 0")
 
     def load(self):
         """The backend's class, imported now; a library that cannot be imported is one line (BackendUnavailable)."""
@@ -98,6 +102,14 @@ REGISTRY: dict[str, BackendSpec] = {
             (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
             "HuggingFace Accelerate driving FSDP2 (FullyShardedDataParallelPlugin, fsdp_version=2)",
             exchange="reduce-scatter",
+        ),
+        BackendSpec(
+            "deepspeed",
+            "distbench.backends.deepspeed_backend:DeepSpeedBackend",
+            (DEEPSPEED, TORCHRUN, BY_HAND, PYTHON),
+            "DeepSpeed ZeRO (deepspeed.initialize), stage --zero-stage 0-3",
+            exchange="zero",
+            zero_stages=True,
         ),
     )
 }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from enum import Enum
+from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -50,6 +51,12 @@ class Backend:
     # True where every forward is a collective (a sharding library all-gathers the parameters): evaluation then runs
     # the same number of forwards on every rank (training/loop.evaluate)
     forward_is_collective: ClassVar[bool] = False
+    # False where the library keeps its state in buffers of its own that the parameters, their gradients and the
+    # optimizer's state do not show (training/memory.py then records none rather than a wrong count)
+    memory_counted: ClassVar[bool] = True
+    # The name of the library's own checkpoint where the library writes one (every rank its part of the model and
+    # optimizer); None: the loop keeps them as whole tensors in checkpoint.pt (model_state_dict and the rest below)
+    own_checkpoint: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -58,6 +65,8 @@ class Backend:
         timeout_s: int = 300,
         accumulate: int = 1,
         grad_compression: str = "none",
+        zero_stage: int = 0,
+        max_grad_norm: float | None = None,
     ):
         """A backend for the process that `launch` describes (read before any setup): `precision` fp32 or bf16
         (autocast), `timeout_s` how long a collective waits for a missing rank, `accumulate` micro-batches per
@@ -68,6 +77,8 @@ class Backend:
         self.timeout_s = timeout_s
         self.accumulate = accumulate  # micro-batches per optimizer step
         self.grad_compression = grad_compression  # none, fp16, bf16: the gradients' type on the wire
+        self.zero_stage = zero_stage  # DeepSpeed's ZeRO stage (the registry refuses it for the other backends)
+        self.max_grad_norm = max_grad_norm  # for a library that configures clipping once (DeepSpeed's config)
         self.rank, self.world_size, self.local_rank = 0, 1, 0
         self.device = torch.device("cpu")
         self._train_sampler: GlobalBatchSampler | None = None
@@ -131,6 +142,15 @@ class Backend:
     def load_optimizer_state_dict(self, model: nn.Module, optimizer, state: dict) -> None:
         """Load a state written by `optimizer_state_dict`, in that form."""
         optimizer.load_state_dict(state)
+
+    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        """Where `own_checkpoint` is set: write the library's checkpoint of the model and optimizer under `folder` as
+        `tag` (every rank calls it; all of it is written when it returns)."""
+        raise NotImplementedError(f"the {self.name} backend keeps whole tensors (own_checkpoint is None)")
+
+    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        """Where `own_checkpoint` is set: load what `save_own_checkpoint` wrote as `tag` (every rank calls it)."""
+        raise NotImplementedError(f"the {self.name} backend keeps whole tensors (own_checkpoint is None)")
 
     def accumulation(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:
         """The context of one micro-batch's forward and backward; `sync` is True for the last micro-batch of an

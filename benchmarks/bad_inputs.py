@@ -110,6 +110,8 @@ def cases(tmp: Path) -> list[Case]:
         Case(
             "--grad-compression bf16 under horovod", ["--backend", "horovod", "--grad-compression", "bf16"], horovod_1
         ),
+        Case("--zero-stage for a backend without ZeRO stages", ["--zero-stage", "2"]),
+        Case("--zero-stage out of range", ["--backend", "deepspeed", "--zero-stage", "4"]),
         Case("an unknown command", ["comapre", "--backends", "ddp"]),
         Case("compare: unknown backend", ["compare", "--backends", "ddp,mpi", "--out", str(c)]),
         Case(

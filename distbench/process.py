@@ -27,6 +27,7 @@ ACCELERATE = "accelerate launch"
 HOROVODRUN = "horovodrun"
 BY_HAND = "env (RANK/WORLD_SIZE)"  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set per process (mpirun, a script)
 SRUN = "srun"  # Slurm's own tasks, one per process
+DEEPSPEED = "deepspeed"  # DeepSpeed's own launcher (deepspeed.launcher.runner, then its launch.py on each node)
 
 LOOPBACK = "127.0.0.1"
 
@@ -134,6 +135,13 @@ DETECTION_ORDER = (
         ),
     ),
     Told(ACCELERATE, lambda env: "RANK" in env and any(k.startswith("ACCELERATE_") for k in env)),
+    Told(
+        DEEPSPEED,
+        # DeepSpeed: its launch.py gives each process torch's RANK/LOCAL_RANK/WORLD_SIZE and, of its own, LOCAL_SIZE and
+        # the node's CROSS_RANK/CROSS_SIZE (deepspeed/launcher/launch.py); no restarts
+        lambda env: "RANK" in env and "CROSS_RANK" in env and "LOCAL_SIZE" in env,
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "", "CROSS_RANK", "CROSS_SIZE"),
+    ),
     Told(TORCHRUN, lambda env: "TORCHELASTIC_RUN_ID" in env),
     Told(BY_HAND, lambda env: "RANK" in env and "WORLD_SIZE" in env),
     Told(

@@ -94,6 +94,17 @@ install_group() {
     pip_install "${reqs[@]}"
 }
 
+# DeepSpeed: without its compiled ops (ZeRO with a torch optimizer needs none) and against this venv's torch (its
+# setup imports torch). On a CPU it builds one op when it starts its communication (ShareMemCommBuilder, about a
+# minute on 2 cores): built here once, into the venv, where the deepspeed backend looks (TORCH_EXTENSIONS_DIR).
+install_deepspeed() {
+    local req
+    req=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["deepspeed"])')
+    DS_BUILD_OPS=0 pip_install --no-build-isolation "$req"
+    DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$venv/torch_extensions" "$venv/bin/python" -c \
+        'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load(verbose=False)'
+}
+
 install_horovod() {
     local wheel
     wheel=$(scripts/build_horovod.sh "$venv/bin/python")
@@ -108,6 +119,7 @@ if [ ! -f "$venv/.complete" ]; then
     run_step torch install_group torch
     run_step packages install_group rest
     run_step horovod install_horovod
+    run_step deepspeed install_deepspeed
     run_step check scripts/check_env.sh "$venv"
     touch "$venv/.complete"
     echo "set-up: done" >&2

@@ -141,6 +141,31 @@ class Horovodrun(Launcher):
         return [["horovodrun", "-np", total, "-H", slots, "python", *program]]
 
 
+class DeepSpeedLaunch(Launcher):
+    """deepspeed: DeepSpeed's own launcher; on one machine `--num_gpus N` processes (on a CPU, --num_gpus counts
+    processes), each told torch's variables and its own (process.py)."""
+
+    name = process.DEEPSPEED
+    several_nodes_note = "(on node R, without ssh; `hostfile` lists each node: `host1 slots=4`)"
+
+    def commands(self, program, nprocs, hosts=None, port=None):
+        # DeepSpeed: --no_local_rank, or it appends --local_rank=N to the program's arguments
+        runner = ["deepspeed", "--num_gpus", str(nprocs), "--no_local_rank"]
+        if not hosts:
+            return [[*runner, *_module_or_script(program)]]
+        meet = ["--master_addr", hosts[0], "--master_port", str(port)]
+        if len(hosts) == 1:
+            return [[*runner, *meet, *_module_or_script(program)]]
+        # several nodes: DeepSpeed's launch on each node by itself (--no_ssh), its rank in the hostfile's order
+        per_node = [*runner, "--hostfile", "hostfile", "--no_ssh", *meet]
+        return [[*per_node, "--node_rank", str(i), *_module_or_script(program)] for i in range(len(hosts))]
+
+
+def _module_or_script(program: Program) -> list[str]:
+    """What follows `deepspeed`'s own options: the script and its arguments, or `--module pkg.mod ARGS`."""
+    return ["--module", *program[1:]] if program[0] == "-m" else list(program)
+
+
 class ByHand(Launcher):
     """RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set for each process by the user or a scheduler (srun)."""
 
@@ -177,17 +202,18 @@ class Srun(Launcher):
         return [["srun", "--nodes", str(nodes), "--ntasks-per-node", str(nprocs), "python", *program]]
 
 
-PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN = (
+PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN, DEEPSPEED = (
     Python(),
     Torchrun(),
     AccelerateLaunch(),
     Horovodrun(),
     ByHand(),
     Srun(),
+    DeepSpeedLaunch(),
 )
 # every launcher by its name: what launching reads of a backend registry entry (distbench/launching/commands.py)
 LAUNCHERS: dict[str, Launcher] = {
-    launcher.name: launcher for launcher in (PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN)
+    launcher.name: launcher for launcher in (PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN, DEEPSPEED)
 }
 
 
@@ -199,7 +225,7 @@ def resolve(argv: list[str]) -> list[str]:
     # the launcher, after what a simulated node puts in front of it (`ip netns exec NS`, `taskset -c CORES`)
     start = 4 if argv[0] == "ip" else 0
     start += 3 if argv[start] == "taskset" else 0
-    if argv[start] in ("torchrun", "accelerate", "horovodrun"):
+    if argv[start] in ("torchrun", "accelerate", "horovodrun", "deepspeed"):
         argv[start] = str(BIN / argv[start])
     if argv[0] == "ip":
         argv[0] = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin") or "ip"

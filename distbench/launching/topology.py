@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from distbench.errors import UserError
 from distbench.launching.affinity import pin_threads
-from distbench.launching.launch import HOROVODRUN, Launcher
+from distbench.launching.launch import DEEPSPEED, HOROVODRUN, Launcher
 from distbench.process import LOOPBACK, LaunchEnv, free_port
 
 NODE_CORES_ENV = "DISTBENCH_NODE_CORES"
@@ -87,6 +87,11 @@ def confine(launch: LaunchEnv, env: Mapping[str, str] = os.environ) -> tuple[int
 def hosts(launcher: Launcher, nodes: int) -> list[str]:
     """The host names of `nodes` simulated nodes for this launcher: loopback for the agents' rendezvous; for
     horovodrun, distinct names (it counts hosts by name) that it runs locally."""
+    if launcher is DEEPSPEED and nodes > 1:
+        raise UserError(
+            f"--nodes {nodes}: the deepspeed launcher's several-node form (a hostfile, each node launched with "
+            "--no_ssh) is not simulated yet; run the deepspeed backend on one node"
+        )
     if launcher is not HOROVODRUN:
         return [LOOPBACK] * nodes
     if nodes > len(HOROVOD_LOCAL_HOSTS):

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from distbench.backends import DISTRIBUTED, NAMES, REFERENCE
+from distbench.backends import DISTRIBUTED, NAMES, REFERENCE, REGISTRY
 from distbench.config import FIELDS, GradCompression, flag, to_args
 from distbench.errors import UserError
 from distbench.launching import link
@@ -114,6 +114,7 @@ def axis(
     sets: str | None = None,
     placed: str | None = None,
     swept: bool = True,
+    only: Callable[[str], bool] | None = None,
     record: str | None = None,
     option: str | None = None,
     help: str = "",
@@ -126,7 +127,8 @@ def axis(
 ) -> Any:
     """A SweepConfig field with its declaration (the module docstring). An axis that `sets` a run option (config.py)
     or is a `placed` field (launching/placement.py) takes its compare option, parser, help and default from that
-    declaration; `swept`: compare takes a list of its values (else the sweep sets it itself)."""
+    declaration; `swept`: compare takes a list of its values (else the sweep sets it itself); `only`: the backends
+    it applies to (the others run at its default alone: a sweep over it does not multiply their runs)."""
     if sets is not None:
         default = FIELDS[sets].default
         option, parse = flag(sets), _run_option_values(sets)
@@ -138,6 +140,7 @@ def axis(
         parse = lambda text, _option: declared.values(text)  # noqa: E731
     meta = {
         "sets": sets,
+        "only": only,
         "record": record,
         "option": option if swept else None,
         "help": help,
@@ -205,6 +208,13 @@ class SweepConfig:
         name=lambda m: "" if m == link.MODES[0] else m,
         text=lambda m: f"{m} link",
     )
+    zero_stage: int = axis(
+        sets="zero_stage",
+        only=lambda b: b in REGISTRY and REGISTRY[b].zero_stages,
+        reference=0,
+        name=lambda k: f"zero{k}" if k else "",
+        text="ZeRO-{}".format,
+    )
 
     @classmethod
     def placed(cls, backend: str, placement: Placement, **axes) -> SweepConfig:
@@ -237,6 +247,12 @@ class SweepConfig:
     def is_reference(self) -> bool:
         """Whether this is the reference configuration itself."""
         return self == self.reference()
+
+    def as_run(self) -> SweepConfig:
+        """This configuration as its backend runs it: an axis that does not apply to the backend (`only`) at its
+        default (a sweep over ZeRO stages runs ddp once, at stage 0)."""
+        unused = [f for f in fields(self) if f.metadata["only"] is not None and not f.metadata["only"](self.backend)]
+        return replace(self, **{f.name: f.default for f in unused})
 
     def runs_here(self) -> bool:
         """A reference backend's configuration exists only as the reference itself (`single` has no second process,
@@ -291,8 +307,13 @@ class SweepConfig:
 
     def run_values(self) -> dict:
         """The run options this configuration sets, as RunConfig's fields: each axis that `sets` one (the backend's
-        program names the backend, the launcher and the link make the rest)."""
-        return {f.metadata["sets"]: getattr(self, f.name) for f in fields(self) if f.metadata["sets"]}
+        program names the backend, the launcher and the link make the rest), but one that does not apply to its backend
+        (`only`: left at the option's default)."""
+        return {
+            f.metadata["sets"]: getattr(self, f.name)
+            for f in fields(self)
+            if f.metadata["sets"] and (f.metadata["only"] is None or f.metadata["only"](self.backend))
+        }
 
     def run_args(self) -> list[str]:
         """The run.py options that put a run on this configuration."""

@@ -26,9 +26,10 @@ def axis_values(options: dict[str, str]) -> dict[str, list]:
 def plan_runs(
     task: str, values: dict[str, list], threads: int | None, cpus_per_node: Callable[[int], int] | None = None
 ) -> list[Planned]:
-    """Every combination of the axes' values (an axis not given: its default alone), in the axes' declared order;
-    a combination the reference backend
-    cannot run (a second process, node, link or compression for `single`) is left out. A reference run is added for
+    """Every combination of the axes' values (an axis not given: its default alone), in the axes' declared order,
+    each as its backend runs it (an axis that does not apply to it at its default: once, not once per value); a
+    combination the reference backend cannot run (a second process, node, link or compression for `single`) is left
+    out. A reference run is added for
     every (threads, accumulation) used that the sweep does not run itself. Threads default to a node's CPUs
     (`cpus_per_node(nodes)`, the executor's: by default this machine's usable CPUs shared among the nodes) divided
     among its processes."""
@@ -39,7 +40,8 @@ def plan_runs(
         axes["world_size"] *= axes["nodes"]  # --nprocs is per node
         per_node = axes["world_size"] // axes["nodes"]
         config = SweepConfig(task=task, threads=threads or max(1, cpus_per_node(axes["nodes"]) // per_node), **axes)
-        if config.runs_here():
+        config = config.as_run()
+        if config.runs_here() and config not in {p.config for p in runs}:
             runs.append(Planned(config))
     have = {p.config for p in runs}
     missing = {p.config.reference() for p in runs} - have

@@ -153,6 +153,8 @@ class Checkpointer:
         self.path = checkpoint.path_in(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
         self.every, self.config = cfg.checkpoint_every, cfg.to_dict()
         self.backend, self.parts = backend, parts
+        own = backend.own_checkpoint
+        self.library_dir = checkpoint.library_dir(cfg.checkpoint_dir, own) if own and cfg.checkpoint_dir else None
 
     def due(self, step: int) -> bool:
         return self.path is not None and step % self.every == 0
@@ -160,8 +162,7 @@ class Checkpointer:
     def save(self, step: int, loss_history: list[float]) -> None:
         backend, parts = self.backend, self.parts
         gathered = rng.gather(backend.all_gather, backend.device)
-        model = backend.model_state_dict(parts.model)  # collectives where the state is sharded: on every rank
-        optimizer = backend.optimizer_state_dict(parts.model, parts.optimizer)
+        model, optimizer, library = self.model_and_optimizer(step)  # collectives: on every rank
         if backend.is_main:
             scheduler = parts.scheduler.state_dict() if parts.scheduler is not None else None
             ckpt = checkpoint.Checkpoint(
@@ -173,8 +174,31 @@ class Checkpointer:
                 gathered,
                 torch.tensor(loss_history, dtype=torch.float64),
                 self.config,
+                library,
             )
-            checkpoint.save(ckpt, self.path)
+            checkpoint.save(ckpt, self.path)  # the commit: a resume reads the library's tag from here
+            if library is not None:
+                checkpoint.prune_library(self.library_dir, keep=library["tag"])
+
+    def model_and_optimizer(self, step: int) -> tuple[dict, dict, dict | None]:
+        """The whole model and optimizer states, or ({}, {}, the tag) where the library writes its own checkpoint
+        (every rank its part, all of it written when this returns)."""
+        backend, parts = self.backend, self.parts
+        if self.library_dir is None:
+            model = backend.model_state_dict(parts.model)
+            return model, backend.optimizer_state_dict(parts.model, parts.optimizer), None
+        library = {"name": backend.own_checkpoint, "tag": f"step{step}"}
+        backend.save_own_checkpoint(parts.model, self.library_dir, library["tag"])
+        return {}, {}, library
+
+    def restore(self, ckpt: checkpoint.Checkpoint) -> None:
+        """The model and optimizer as `save` left them (on every rank)."""
+        backend, parts = self.backend, self.parts
+        if ckpt.library is not None:
+            backend.load_own_checkpoint(parts.model, self.library_dir, ckpt.library["tag"])
+            return
+        backend.load_model_state_dict(parts.model, ckpt.model)
+        backend.load_optimizer_state_dict(parts.model, parts.optimizer, ckpt.optimizer)
 
 
 class Trainer:
@@ -189,14 +213,13 @@ class Trainer:
         self.time_to_target_s: float | None = None  # training time until --target-accuracy was first reached
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
-        parts, backend = self.parts, self.backend
+        parts = self.parts
         if ckpt.step > parts.total_steps:
             raise UserError(
                 f"the checkpoint in {self.cfg.checkpoint_dir} is at step {ckpt.step}, past this run's last "
                 f"step {parts.total_steps}; raise --max-steps/--epochs or use another --checkpoint-dir"
             )
-        backend.load_model_state_dict(parts.model, ckpt.model)
-        backend.load_optimizer_state_dict(parts.model, parts.optimizer, ckpt.optimizer)
+        self.checkpointer.restore(ckpt)
         if parts.scheduler is not None and ckpt.scheduler is not None:
             parts.scheduler.load_state_dict(ckpt.scheduler)
         self.restore_random_streams(ckpt)
@@ -378,11 +401,12 @@ def run(cfg: RunConfig) -> dict:
     cfg = replace(cfg, threads=threads)
     torch.set_num_threads(threads)
     task = build_task(cfg)
+    backend_class = spec.load()
     resume = None
     if cfg.checkpoint_dir is not None and checkpoint.path_in(cfg.checkpoint_dir).is_file():
         # checked before any process group starts: a bad checkpoint is one line, exit 2
-        resume = checkpoint.load(checkpoint.path_in(cfg.checkpoint_dir), cfg.to_dict())
-    backend_class = spec.load()
+        path, own = checkpoint.path_in(cfg.checkpoint_dir), backend_class.own_checkpoint
+        resume = checkpoint.load(path, cfg.to_dict(), launch_env.world_size, own)
     clock.mark("imports")
     facts = Facts(clock, started_at=datetime.now(UTC).isoformat(timespec="seconds"))
     backend = backend_class(
@@ -391,6 +415,8 @@ def run(cfg: RunConfig) -> dict:
         timeout_s=cfg.timeout_s,
         accumulate=cfg.accumulate,
         grad_compression=cfg.grad_compression,
+        zero_stage=cfg.zero_stage,
+        max_grad_norm=cfg.clip_norm,
     )
     backend.setup()
     clock.mark("process_group")

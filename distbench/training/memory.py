@@ -52,10 +52,12 @@ def per_rank(model: nn.Module, optimizer, backend: Backend) -> dict[str, int | N
     from distbench.backends.base import ReduceOp
 
     mine = held(model, optimizer)
+    if not backend.memory_counted:  # a collective all the same: every rank joins the all-reduce below
+        mine = dict.fromkeys(mine, -1)
     device = backend.device
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1
     values = torch.tensor([*mine.values(), peak], dtype=torch.float64, device=device)
     top = backend.all_reduce(values, ReduceOp.MAX).cpu().tolist()
-    out: dict[str, int | None] = {k: int(v) for k, v in zip(KINDS, top, strict=False)}
+    out: dict[str, int | None] = {k: int(v) if v >= 0 else None for k, v in zip(KINDS, top, strict=False)}
     out["peak_allocated_bytes"] = int(top[-1]) if top[-1] >= 0 else None
     return out

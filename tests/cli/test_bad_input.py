@@ -92,8 +92,10 @@ def test_unwritable_output_is_refused_before_training(tmp_path):
         (["--batch-size", "64", "--accumulate", "3"], "must split into 3 equal micro-batches"),
         (["--grad-compression", "fp16"], "the single backend exchanges no gradients"),
         (["--grad-compression", "int8"], "'int8' is not one of"),
+        (["--zero-stage", "4", "--backend", "deepspeed"], "--zero-stage must be between 0 and 3, got 4"),
+        (["--zero-stage", "2"], "--zero-stage 2: only the deepspeed backend has ZeRO stages; leave it 0"),
     ],
-    ids=["zero", "indivisible", "single-compression", "unknown"],
+    ids=["zero", "indivisible", "single-compression", "unknown", "stage-range", "stage-elsewhere"],
 )
 def test_bad_knobs_are_one_line(tmp_path, args, fragment):
     proc = run_here(["--max-steps", "2", "--no-progress", "--output", tmp_path / "r.json", *args], tmp_path)

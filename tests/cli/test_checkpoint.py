@@ -69,5 +69,5 @@ def test_checkpoints_of_the_first_format_still_resume(tmp_path, finished):
     assert state["format"] == checkpoint.FORMAT and set(state["rng"]) == {"cpu"}
     state.update(format=1, rng=state["rng"]["cpu"])  # as distbench wrote them before device generators
     torch.save(state, path)
-    loaded = checkpoint.load(path, state["config"])
+    loaded = checkpoint.load(path, state["config"], world_size=1)
     assert torch.equal(loaded.rng["cpu"], state["rng"])

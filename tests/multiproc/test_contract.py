@@ -18,6 +18,8 @@ from tests.helpers import run_in
         ("horovod", None),
         ("fsdp", None),
         ("accelerate-fsdp", None),
+        ("deepspeed", None),
+        ("deepspeed", TORCHRUN),
     ],
     ids=[
         "ddp-torchrun",
@@ -26,6 +28,8 @@ from tests.helpers import run_in
         "horovod-horovodrun",
         "fsdp-torchrun",
         "accelerate-fsdp-launch",
+        "deepspeed-launcher",
+        "deepspeed-torchrun",
     ],
 )
 def test_contract_holds_on_every_rank(tmp_path, backend, launcher):

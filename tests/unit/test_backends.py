@@ -9,7 +9,7 @@ from distbench.backends.single import SingleBackend
 from distbench.config import RunConfig
 from distbench.errors import UserError
 from distbench.launching.commands import command
-from distbench.process import ACCELERATE, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv
+from distbench.process import ACCELERATE, DEEPSPEED, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv
 
 
 @pytest.mark.parametrize("op", list(ReduceOp) + ["sum", "avg", "max", "min"])
@@ -39,12 +39,13 @@ def test_max_grad_norm_0_really_skips_clipping(monkeypatch, max_grad_norm, clips
 
 
 def test_the_registry_is_the_one_list_of_backends():
-    assert NAMES == ("single", "ddp", "accelerate", "horovod", "fsdp", "accelerate-fsdp")
+    assert NAMES == ("single", "ddp", "accelerate", "horovod", "fsdp", "accelerate-fsdp", "deepspeed")
     from distbench.cli.declared import backend_choices
 
     assert [b.value for b in backend_choices()] == list(NAMES)  # the CLI's --backend choices
-    assert (REFERENCE, DISTRIBUTED) == ("single", ("ddp", "accelerate", "horovod", "fsdp", "accelerate-fsdp"))
+    assert (REFERENCE, DISTRIBUTED) == ("single", NAMES[1:])
     assert (ALL_REDUCING, SHARDING) == (("ddp", "accelerate", "horovod"), ("fsdp", "accelerate-fsdp"))
-    assert [REGISTRY[n].launchers[0] for n in NAMES] == [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, TORCHRUN, ACCELERATE]
+    usual = [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, TORCHRUN, ACCELERATE, DEEPSPEED]
+    assert [REGISTRY[n].launchers[0] for n in NAMES] == usual
     with pytest.raises(UserError, match="unknown backend 'mpi'"):
         command("mpi", 2, [])

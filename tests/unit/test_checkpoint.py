@@ -1,4 +1,4 @@
-"""The generators a checkpoint captures and restores (distbench/training/rng.py)."""
+"""Checkpoints: the generators they capture and restore (training/rng.py), and which backend resumes which form."""
 
 import pytest
 import torch
@@ -31,3 +31,24 @@ def test_every_generator_is_captured_and_restored(monkeypatch):
     assert set(rng.capture(torch.device("cpu"))) == {"cpu"}
     with pytest.raises(UserError, match="no cuda generator state"):
         rng.restore({"cpu": states["cpu"]}, cuda)
+
+
+@pytest.mark.parametrize(
+    ("written", "world_size", "library", "fragment"),
+    [
+        (None, 2, "deepspeed", "holds whole tensors (written by --backend ddp); this backend resumes only"),
+        ({"name": "deepspeed", "tag": "step10"}, 2, None, "resume it with --backend deepspeed"),
+        ({"name": "deepspeed", "tag": "step10"}, 4, "deepspeed", "own checkpoint of 2 processes, each holding"),
+    ],
+    ids=["tensors-to-library", "library-to-tensors", "other-world-size"],
+)
+def test_a_backend_resumes_only_the_checkpoint_form_it_writes(written, world_size, library, fragment):
+    from pathlib import Path
+
+    from distbench.training.checkpoint import check_library
+
+    writer = "ddp" if written is None else "deepspeed"
+    state = {"config": {"backend": writer}, "library": written, "world_size": 2}
+    with pytest.raises(UserError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        check_library(Path("ckpt/checkpoint.pt"), state, world_size, library)
+    check_library(Path("ckpt/checkpoint.pt"), state, 2, None if written is None else "deepspeed")  # its own: fine

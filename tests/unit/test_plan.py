@@ -50,6 +50,19 @@ def test_the_sweep_plans_nodes_and_link_rates_as_axes():
     ]
 
 
+def test_zero_stages_multiply_the_deepspeed_runs_alone():
+    """An axis with `only` (--zero-stage: deepspeed's) runs the other backends once, at its default, not once per
+    value and not never (when the values leave its default out)."""
+    runs = _plan(["single", "ddp", "deepspeed"], [2], threads=1, zero_stage=[1, 3])
+    assert [(r.config.backend, r.config.zero_stage, r.baseline) for r in runs] == [
+        ("single", 0, True),
+        ("ddp", 0, False),
+        ("deepspeed", 1, False),
+        ("deepspeed", 3, False),
+    ]
+    assert [r.config.name() for r in runs][2:] == ["deepspeed x2 t1 acc1 none zero1", "deepspeed x2 t1 acc1 none zero3"]
+
+
 def test_round_orders_are_shuffled_per_round_from_the_seed():
     orders = round_orders(6, 5, seed=3)
     assert all(sorted(o) == list(range(6)) for o in orders)

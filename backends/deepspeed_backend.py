@@ -1,0 +1,124 @@
+"""DeepSpeed ZeRO (`deepspeed.initialize`), started by DeepSpeed's own `deepspeed` launcher or by torchrun (or as one
+process by plain python).
+
+The engine wraps the task's model and optimizer, its configuration built from the run (`ds_config`): the
+micro-batch per rank, `gradient_accumulation_steps` for --accumulate, `gradient_clipping` for --max-grad-norm, bf16
+for --precision bf16, `communication_data_type` for --grad-compression and `zero_optimization.stage` for
+--zero-stage: 0 replicates like DDP (an all-reduce of the gradients), 1 partitions the optimizer state, 2 the
+gradients too, 3 the parameters too (each rank all-gathers a layer's parameters before its forward and backward).
+The process group is the ddp backend's (gloo on CPU, nccl on GPU, the same rendezvous); deepspeed.comm runs on it.
+
+# DeepSpeed: its accelerator is chosen when deepspeed is first imported; on a machine without CUDA it must be told
+# DS_ACCELERATOR=cpu first, and its CPU accelerator falls back to gloo without oneCCL (DeepSpeed PR 5206, #5313).
+# DeepSpeed: the engine divides each micro-batch's loss by gradient_accumulation_steps itself and counts micro-steps
+# in `step()`, which must follow every backward: it steps the optimizer only at the accumulation boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from distbench.backends.ddp import DDPBackend
+from distbench.errors import UserError
+
+
+def ds_config(backend: DeepSpeedBackend, micro_batch: int) -> dict:
+    """The DeepSpeed configuration of a run, with the keys its users write in ds_config.json."""
+    config = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": backend.accumulate,
+        "train_batch_size": micro_batch * backend.accumulate * backend.world_size,
+        "zero_optimization": {"stage": backend.zero_stage},
+        "zero_allow_untested_optimizer": True,  # the task's own optimizer (Adadelta, AdamW), as users pass theirs
+        "bf16": {"enabled": backend.precision == "bf16"},
+        "steps_per_print": 2**31 - 1,  # no progress lines of its own: the loop reports
+        "wall_clock_breakdown": False,
+    }
+    # DeepSpeed: gradient_clipping defaults to 1.0 (runtime/constants.py), not to none: always set
+    config["gradient_clipping"] = backend.max_grad_norm if backend.max_grad_norm is not None else 0.0
+    if backend.grad_compression != "none":
+        config["communication_data_type"] = backend.grad_compression
+    return config
+
+
+def _deepspeed():
+    """deepspeed, imported on this machine's accelerator."""
+    if not torch.cuda.is_available():
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed: read at its first import (module docstring)
+    # DeepSpeed: on a CPU its communication builds a C++ op of its own when it starts (about a minute); the set-up
+    # builds it once into the venv (scripts/setup_env.sh), where it is found here
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    import deepspeed
+
+    return deepspeed
+
+
+class DeepSpeedBackend(DDPBackend):
+    """The ddp backend's process group and collectives; the model, optimizer and step are DeepSpeed's engine's."""
+
+    name = "deepspeed"
+    # DeepSpeed: ZeRO keeps flat fp32 partitions and gradient buffers of its own beside the module's parameters;
+    # counted exactly per stage is the next step (issue 36); until then the record says "not counted"
+    memory_counted = False
+    own_checkpoint = "deepspeed"  # save_checkpoint/load_checkpoint: each rank its partition (training/checkpoint.py)
+
+    def setup(self) -> None:
+        super().setup()
+        # stage 3 all-gathers each layer's parameters in every forward: every rank runs as many (training/loop.py)
+        self.forward_is_collective = self.zero_stage == 3
+        self._engine = None
+        self._boundary = True  # each backward ends an optimizer step, unless `accumulation` says it does not
+
+    def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
+        micro_batch = train_loader.batch_sampler.batch_size // self.accumulate
+        engine, optimizer, _, _ = _deepspeed().initialize(
+            model=model.to(self.device), optimizer=optimizer, config=ds_config(self, micro_batch)
+        )
+        self._engine = engine
+        return engine, optimizer, train_loader
+
+    def accumulation(self, model: nn.Module, sync: bool):
+        self._boundary = sync
+        return contextlib.nullcontext()  # DeepSpeed: the engine counts its micro-steps (module docstring)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self._engine.backward(loss)  # DeepSpeed: divided by gradient_accumulation_steps in there
+        if not self._boundary:
+            self._engine.step()  # DeepSpeed: counts the micro-step; no optimizer step before the boundary
+
+    def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:
+        self._engine.step()  # clipping is the engine's (gradient_clipping, set from --max-grad-norm)
+
+    def autocast(self):
+        return contextlib.nullcontext()  # bf16 is the engine's own (its config), not autocast
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module
+
+    def model_state_dict(self, model: nn.Module) -> dict:
+        module = self.unwrap(model)
+        if self.zero_stage < 3:
+            return module.state_dict()  # DeepSpeed: below stage 3 every rank holds the whole parameters
+        # DeepSpeed: at stage 3 each rank holds a partition; gathered on every rank for the copy (a collective)
+        with _deepspeed().zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        # DeepSpeed: every rank writes its ZeRO partition of the optimizer state (and at stage 3 of the parameters)
+        self._engine.save_checkpoint(str(folder), tag=tag)
+        self.barrier()  # every rank's files are written before rank 0 commits checkpoint.pt
+
+    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        # the scheduler is the loop's (in checkpoint.pt), not the engine's
+        path, _ = self._engine.load_checkpoint(str(folder), tag=tag, load_lr_scheduler_states=False)
+        if path is None:
+            raise UserError(f"DeepSpeed's checkpoint {folder / tag} could not be read; use another --checkpoint-dir")
+
+    def gradient_all_reduce(self, t: torch.Tensor) -> None:
+        raise NotImplementedError("commbench times the all-reducing libraries; DeepSpeed's collectives: issue 36")
