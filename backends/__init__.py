@@ -51,7 +51,8 @@ class BackendSpec:
                 f"--grad-compression {cfg.grad_compression}: the {self.name} backend exchanges no gradients; use none"
             )
         if cfg.zero_stage and not self.zero_stages:
-            raise UserError(f"--zero-stage {cfg.zero_stage}: only the deepspeed backend has ZeRO stages; leave it 0")
+            stages = ", ".join(name for name, spec in REGISTRY.items() if spec.zero_stages)
+            raise UserError(f"--zero-stage {cfg.zero_stage}: only {stages} have ZeRO stages; leave it 0")
 
     def load(self):
         """The backend's class, imported now; a library that cannot be imported is one line (BackendUnavailable)."""
@@ -108,6 +109,14 @@ REGISTRY: dict[str, BackendSpec] = {
             "distbench.backends.deepspeed_backend:DeepSpeedBackend",
             (DEEPSPEED, TORCHRUN, BY_HAND, PYTHON),
             "DeepSpeed ZeRO (deepspeed.initialize), stage --zero-stage 0-3",
+            exchange="zero",
+            zero_stages=True,
+        ),
+        BackendSpec(
+            "accelerate-deepspeed",
+            "distbench.backends.accelerate_deepspeed:AccelerateDeepSpeedBackend",
+            (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
+            "HuggingFace Accelerate driving DeepSpeed ZeRO (DeepSpeedPlugin), stage --zero-stage 0-3",
             exchange="zero",
             zero_stages=True,
         ),

@@ -57,6 +57,7 @@ class AccelerateBackend(Backend):
         self._ddp_kwargs = DistributedDataParallelKwargs(
             gradient_as_bucket_view=True, comm_hook=_COMM_HOOKS[self.grad_compression]
         )
+        self.before_accelerator()
         self.accelerator = Accelerator(
             **self.plugins(),
             # Accelerate: --accumulate is its gradient accumulation; the step count alone decides when to sync
@@ -70,7 +71,7 @@ class AccelerateBackend(Backend):
             mixed_precision="bf16" if self.precision == "bf16" else "no",
             # Accelerate: without a GPU, only cpu=True makes a multi-process launch a gloo group
             # (otherwise every process silently runs alone with world size 1).
-            cpu=not torch.cuda.is_available(),
+            cpu=self.cpu_mode(),
             kwargs_handlers=[
                 InitProcessGroupKwargs(timeout=timedelta(seconds=self.timeout_s)),
                 self._ddp_kwargs,
@@ -84,6 +85,13 @@ class AccelerateBackend(Backend):
     def plugins(self) -> dict:
         """Further Accelerator arguments of a configuration of this backend (accelerate-fsdp's plugin)."""
         return {}
+
+    def cpu_mode(self) -> bool:
+        """Accelerator(cpu=...): on a machine without a GPU, its CPU mode (a gloo group)."""
+        return not torch.cuda.is_available()
+
+    def before_accelerator(self) -> None:
+        """What a configuration of this backend sets up before the Accelerator is made."""
 
     def after_accelerator(self) -> None:
         """What a configuration of this backend sets once the Accelerator exists."""

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -47,22 +46,22 @@ def ds_config(backend: DeepSpeedBackend, micro_batch: int) -> dict:
     return config
 
 
-def _deepspeed():
+def deepspeed_module():
     """deepspeed, imported on this machine's accelerator."""
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # DeepSpeed: read at its first import (module docstring)
-    # DeepSpeed: on a CPU its communication builds a C++ op of its own when it starts (about a minute); the set-up
-    # builds it once into the venv (scripts/setup_env.sh), where it is found here
-    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
+    # DeepSpeed: on a CPU its communication loads a C++ op of its own (deepspeed_shm_comm), compiled when the package
+    # was installed (scripts/setup_env.sh); otherwise it would compile it here, at every change of the venv's path
     import deepspeed
 
     return deepspeed
 
 
-class DeepSpeedBackend(DDPBackend):
-    """The ddp backend's process group and collectives; the model, optimizer and step are DeepSpeed's engine's."""
+class ZeroEngine:
+    """What a backend whose model and optimizer are a DeepSpeed engine (`self._engine`, set in `prepare`) does the
+    same way however the engine was made: stage 3's gathered state, DeepSpeed's own checkpoints, memory not counted.
+    A mixin before the process-group backend (the ddp one here, Accelerate's in accelerate_deepspeed.py)."""
 
-    name = "deepspeed"
     # DeepSpeed: ZeRO keeps flat fp32 partitions and gradient buffers of its own beside the module's parameters;
     # counted exactly per stage is the next step (issue 36); until then the record says "not counted"
     memory_counted = False
@@ -73,11 +72,45 @@ class DeepSpeedBackend(DDPBackend):
         # stage 3 all-gathers each layer's parameters in every forward: every rank runs as many (training/loop.py)
         self.forward_is_collective = self.zero_stage == 3
         self._engine = None
+
+    def unwrap(self, model: nn.Module) -> nn.Module:
+        return model.module
+
+    def model_state_dict(self, model: nn.Module) -> dict:
+        module = self.unwrap(model)
+        if self.zero_stage < 3:
+            return module.state_dict()  # DeepSpeed: below stage 3 every rank holds the whole parameters
+        # DeepSpeed: at stage 3 each rank holds a partition; gathered on every rank for the copy (a collective)
+        with deepspeed_module().zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        # DeepSpeed: every rank writes its ZeRO partition of the optimizer state (and at stage 3 of the parameters)
+        self._engine.save_checkpoint(str(folder), tag=tag)
+        self.barrier()  # every rank's files are written before rank 0 commits checkpoint.pt
+
+    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        # the scheduler is the loop's (in checkpoint.pt), not the engine's
+        path, _ = self._engine.load_checkpoint(str(folder), tag=tag, load_lr_scheduler_states=False)
+        if path is None:
+            raise UserError(f"DeepSpeed's checkpoint {folder / tag} could not be read; use another --checkpoint-dir")
+
+    def gradient_all_reduce(self, t: torch.Tensor) -> None:
+        raise NotImplementedError("commbench times the all-reducing libraries; DeepSpeed's collectives: issue 36")
+
+
+class DeepSpeedBackend(ZeroEngine, DDPBackend):
+    """The ddp backend's process group and collectives; the model, optimizer and step are DeepSpeed's engine's."""
+
+    name = "deepspeed"
+
+    def setup(self) -> None:
+        super().setup()
         self._boundary = True  # each backward ends an optimizer step, unless `accumulation` says it does not
 
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         micro_batch = train_loader.batch_sampler.batch_size // self.accumulate
-        engine, optimizer, _, _ = _deepspeed().initialize(
+        engine, optimizer, _, _ = deepspeed_module().initialize(
             model=model.to(self.device), optimizer=optimizer, config=ds_config(self, micro_batch)
         )
         self._engine = engine
@@ -97,28 +130,3 @@ class DeepSpeedBackend(DDPBackend):
 
     def autocast(self):
         return contextlib.nullcontext()  # bf16 is the engine's own (its config), not autocast
-
-    def unwrap(self, model: nn.Module) -> nn.Module:
-        return model.module
-
-    def model_state_dict(self, model: nn.Module) -> dict:
-        module = self.unwrap(model)
-        if self.zero_stage < 3:
-            return module.state_dict()  # DeepSpeed: below stage 3 every rank holds the whole parameters
-        # DeepSpeed: at stage 3 each rank holds a partition; gathered on every rank for the copy (a collective)
-        with _deepspeed().zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-            return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
-        # DeepSpeed: every rank writes its ZeRO partition of the optimizer state (and at stage 3 of the parameters)
-        self._engine.save_checkpoint(str(folder), tag=tag)
-        self.barrier()  # every rank's files are written before rank 0 commits checkpoint.pt
-
-    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
-        # the scheduler is the loop's (in checkpoint.pt), not the engine's
-        path, _ = self._engine.load_checkpoint(str(folder), tag=tag, load_lr_scheduler_states=False)
-        if path is None:
-            raise UserError(f"DeepSpeed's checkpoint {folder / tag} could not be read; use another --checkpoint-dir")
-
-    def gradient_all_reduce(self, t: torch.Tensor) -> None:
-        raise NotImplementedError("commbench times the all-reducing libraries; DeepSpeed's collectives: issue 36")

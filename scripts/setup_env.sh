@@ -95,14 +95,21 @@ install_group() {
 }
 
 # DeepSpeed: without its compiled ops (ZeRO with a torch optimizer needs none) and against this venv's torch (its
-# setup imports torch). On a CPU it builds one op when it starts its communication (ShareMemCommBuilder, about a
-# minute on 2 cores): built here once, into the venv, where the deepspeed backend looks (TORCH_EXTENSIONS_DIR).
+# setup imports torch). On a machine without a GPU its communication needs one op (deepspeed_shm_comm): built into the
+# package at install (DS_BUILD_SHM_COMM=1, about a minute on 2 cores), as DeepSpeed pre-builds ops, so that no run
+# compiles it. (Built at run time instead, its build flags hold the venv's path as each process sees it, through
+# ./.venv or the cache, and the two forms rebuild it in turn: 40-120 s in a run.) --no-cache-dir: pip would
+# otherwise reuse a wheel it built without the op.
 install_deepspeed() {
-    local req
+    local req shm=0
     req=$("$venv/bin/python" -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["deepspeed"])')
-    DS_BUILD_OPS=0 pip_install --no-build-isolation "$req"
-    DS_ACCELERATOR=cpu TORCH_EXTENSIONS_DIR="$venv/torch_extensions" "$venv/bin/python" -c \
-        'from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load(verbose=False)'
+    "$venv/bin/python" -c 'import sys, torch; sys.exit(torch.cuda.is_available())' && shm=1
+    DS_BUILD_OPS=0 DS_BUILD_SHM_COMM=$shm pip_install --no-build-isolation --no-cache-dir "$req"
+    if [ "$shm" = 1 ] && ! DS_ACCELERATOR=cpu "$venv/bin/python" -c \
+        'import sys; from deepspeed.git_version_info import installed_ops; sys.exit(not installed_ops["deepspeed_shm_comm"])'; then
+        echo "error: deepspeed was installed without its deepspeed_shm_comm op" >&2
+        return 1
+    fi
 }
 
 install_horovod() {

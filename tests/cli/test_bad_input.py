@@ -93,7 +93,7 @@ def test_unwritable_output_is_refused_before_training(tmp_path):
         (["--grad-compression", "fp16"], "the single backend exchanges no gradients"),
         (["--grad-compression", "int8"], "'int8' is not one of"),
         (["--zero-stage", "4", "--backend", "deepspeed"], "--zero-stage must be between 0 and 3, got 4"),
-        (["--zero-stage", "2"], "--zero-stage 2: only the deepspeed backend has ZeRO stages; leave it 0"),
+        (["--zero-stage", "2"], "--zero-stage 2: only deepspeed, accelerate-deepspeed have ZeRO stages; leave it 0"),
     ],
     ids=["zero", "indivisible", "single-compression", "unknown", "stage-range", "stage-elsewhere"],
 )

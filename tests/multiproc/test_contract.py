@@ -20,6 +20,7 @@ from tests.helpers import run_in
         ("accelerate-fsdp", None),
         ("deepspeed", None),
         ("deepspeed", TORCHRUN),
+        ("accelerate-deepspeed", None),
     ],
     ids=[
         "ddp-torchrun",
@@ -30,6 +31,7 @@ from tests.helpers import run_in
         "accelerate-fsdp-launch",
         "deepspeed-launcher",
         "deepspeed-torchrun",
+        "accelerate-deepspeed-launch",
     ],
 )
 def test_contract_holds_on_every_rank(tmp_path, backend, launcher):

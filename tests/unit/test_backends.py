@@ -39,13 +39,22 @@ def test_max_grad_norm_0_really_skips_clipping(monkeypatch, max_grad_norm, clips
 
 
 def test_the_registry_is_the_one_list_of_backends():
-    assert NAMES == ("single", "ddp", "accelerate", "horovod", "fsdp", "accelerate-fsdp", "deepspeed")
+    assert NAMES == (
+        "single",
+        "ddp",
+        "accelerate",
+        "horovod",
+        "fsdp",
+        "accelerate-fsdp",
+        "deepspeed",
+        "accelerate-deepspeed",
+    )
     from distbench.cli.declared import backend_choices
 
     assert [b.value for b in backend_choices()] == list(NAMES)  # the CLI's --backend choices
     assert (REFERENCE, DISTRIBUTED) == ("single", NAMES[1:])
     assert (ALL_REDUCING, SHARDING) == (("ddp", "accelerate", "horovod"), ("fsdp", "accelerate-fsdp"))
-    usual = [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, TORCHRUN, ACCELERATE, DEEPSPEED]
+    usual = [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, TORCHRUN, ACCELERATE, DEEPSPEED, ACCELERATE]
     assert [REGISTRY[n].launchers[0] for n in NAMES] == usual
     with pytest.raises(UserError, match="unknown backend 'mpi'"):
         command("mpi", 2, [])
