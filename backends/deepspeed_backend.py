@@ -2,10 +2,11 @@
 process by plain python).
 
 The engine wraps the task's model and optimizer, its configuration built from the run (`ds_config`): the
-micro-batch per rank, `gradient_accumulation_steps` for --accumulate, `gradient_clipping` for --max-grad-norm, bf16
-for --precision bf16, `communication_data_type` for --grad-compression and `zero_optimization.stage` for
---zero-stage: 0 replicates like DDP (an all-reduce of the gradients), 1 partitions the optimizer state, 2 the
-gradients too, 3 the parameters too (each rank all-gathers a layer's parameters before its forward and backward).
+micro-batch per rank, `gradient_accumulation_steps` for --accumulate, `gradient_clipping` for --max-grad-norm,
+`torch_autocast` for --precision bf16, `communication_data_type` for --grad-compression and
+`zero_optimization.stage` for --zero-stage: 0 replicates like DDP (an all-reduce of the gradients), 1 partitions the
+optimizer state, 2 the gradients too, 3 the parameters too (each rank all-gathers a layer's parameters before its
+forward and backward).
 The process group is the ddp backend's (gloo on CPU, nccl on GPU, the same rendezvous); deepspeed.comm runs on it.
 
 # DeepSpeed: its accelerator is chosen when deepspeed is first imported; on a machine without CUDA it must be told
@@ -35,7 +36,10 @@ def ds_config(backend: DeepSpeedBackend, micro_batch: int) -> dict:
         "train_batch_size": micro_batch * backend.accumulate * backend.world_size,
         "zero_optimization": {"stage": backend.zero_stage},
         "zero_allow_untested_optimizer": True,  # the task's own optimizer (Adadelta, AdamW), as users pass theirs
-        "bf16": {"enabled": backend.precision == "bf16"},
+        # DeepSpeed: its "bf16" mode casts the model to bf16 and leaves the inputs to the user; its own torch_autocast
+        # keeps fp32 parameters and runs the forward under autocast, as --precision bf16 means for every backend
+        "torch_autocast": {"enabled": backend.precision == "bf16", "dtype": "bfloat16"},
+        "bf16": {"enabled": False},  # (said, so that Accelerate's plugin does not turn it on for mixed_precision)
         "steps_per_print": 2**31 - 1,  # no progress lines of its own: the loop reports
         "wall_clock_breakdown": False,
     }

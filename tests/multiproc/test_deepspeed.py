@@ -7,7 +7,7 @@ import json
 import pytest
 
 from distbench.training import fairness
-from tests.conftest import EQUIVALENCE_STEPS, MNIST_STEPS
+from tests.conftest import EQUIVALENCE_STEPS
 from tests.helpers import assert_one_line_error, child_env, launch, py, read_record, run_cmd, run_in, run_py
 
 
@@ -20,7 +20,7 @@ def test_every_zero_stage_follows_the_single_process(tmp_path, mnist_run):
     out = tmp_path / "sweep"
     cmd = py(
         f"run.py compare --backends deepspeed,accelerate-deepspeed --nprocs 2 --zero-stage 1,2,3 --max-steps "
-        f"{MNIST_STEPS} --dropout 0 --batch-size 64 --threads 1 --out",
+        f"{EQUIVALENCE_STEPS} --dropout 0 --batch-size 64 --threads 1 --out",
         out,
     )
     run_in(tmp_path, cmd, timeout=560)
@@ -30,7 +30,7 @@ def test_every_zero_stage_follows_the_single_process(tmp_path, mnist_run):
     assert ran == [(b, k) for b in ("accelerate-deepspeed", "deepspeed") for k in (1, 2, 3)]
     single = mnist_run("single", 1)["loss_history"][:EQUIVALENCE_STEPS]
     for r in (r for r in recs if r["backend"] != "single"):
-        diff = max(abs(a - b) for a, b in zip(r["loss_history"], single, strict=False))
+        diff = max(abs(a - b) for a, b in zip(r["loss_history"], single, strict=True))
         print(f"{r['backend']} x2 ZeRO-{r['config']['zero_stage']} vs single x1: max per-step loss diff {diff:.2e}")
         assert diff < fairness.LOSS_TOLERANCE and r["eval_count"] == 500
         assert r["launcher"] == ("deepspeed" if r["backend"] == "deepspeed" else "accelerate launch")
