@@ -62,4 +62,4 @@ class AccelerateDeepSpeedBackend(ZeroEngine, AccelerateBackend):
         optimizer.step()
 
     def autocast(self):
-        return contextlib.nullcontext()  # bf16 is the engine's own (its config), not autocast
+        return contextlib.nullcontext()  # bf16: the engine's own torch_autocast (its config) wraps the forward

@@ -133,4 +133,4 @@ class DeepSpeedBackend(ZeroEngine, DDPBackend):
         self._engine.step()  # clipping is the engine's (gradient_clipping, set from --max-grad-norm)
 
     def autocast(self):
-        return contextlib.nullcontext()  # bf16 is the engine's own (its config), not autocast
+        return contextlib.nullcontext()  # bf16: the engine's own torch_autocast (its config) wraps the forward
