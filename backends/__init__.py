@@ -33,7 +33,11 @@ class BackendSpec:
     distributed: bool = True  # False: one process, no exchange (the reference of speed-up and equivalence)
     exchange: str = "all-reduce"  # how its gradients cross the ranks: all-reduce, reduce-scatter (sharded), or zero
     # (DeepSpeed's ZeRO: by --zero-stage, an all-reduce at 0, reduce-scatters and all-gathers at 1 to 3)
-    zero_stages: bool = False  # whether it takes --zero-stage
+
+    @property
+    def zero_stages(self) -> bool:
+        """Whether it takes --zero-stage: DeepSpeed's ZeRO exchange."""
+        return self.exchange == "zero"
 
     def program(self, args: list[str]) -> list[str]:
         """What follows `python` to run this backend with `args`: `run.py --backend NAME ARGS`."""
@@ -110,7 +114,6 @@ REGISTRY: dict[str, BackendSpec] = {
             (DEEPSPEED, TORCHRUN, BY_HAND, PYTHON),
             "DeepSpeed ZeRO (deepspeed.initialize), stage --zero-stage 0-3",
             exchange="zero",
-            zero_stages=True,
         ),
         BackendSpec(
             "accelerate-deepspeed",
@@ -118,7 +121,6 @@ REGISTRY: dict[str, BackendSpec] = {
             (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
             "HuggingFace Accelerate driving DeepSpeed ZeRO (DeepSpeedPlugin), stage --zero-stage 0-3",
             exchange="zero",
-            zero_stages=True,
         ),
     )
 }

@@ -156,8 +156,8 @@ class RunConfig:
     )
     zero_stage: int = option(
         0,
-        "DeepSpeed's ZeRO stage (the deepspeed backend): 0 replicates like DDP, 1 partitions the optimizer state, "
-        "2 the gradients too, 3 the parameters too.",
+        "DeepSpeed's ZeRO stage (deepspeed, accelerate-deepspeed): 0 replicates like DDP, 1 partitions the "
+        "optimizer state, 2 the gradients too, 3 the parameters too.",
         checks=(in_range(0, 3, closed_hi=True),),
         resume=True,
         sweep=AXIS,

@@ -248,11 +248,14 @@ class SweepConfig:
         """Whether this is the reference configuration itself."""
         return self == self.reference()
 
+    def applies(self, f) -> bool:
+        """Whether the axis `f` applies to this configuration's backend (its `only`)."""
+        return f.metadata["only"] is None or f.metadata["only"](self.backend)
+
     def as_run(self) -> SweepConfig:
         """This configuration as its backend runs it: an axis that does not apply to the backend (`only`) at its
         default (a sweep over ZeRO stages runs ddp once, at stage 0)."""
-        unused = [f for f in fields(self) if f.metadata["only"] is not None and not f.metadata["only"](self.backend)]
-        return replace(self, **{f.name: f.default for f in unused})
+        return replace(self, **{f.name: f.default for f in fields(self) if not self.applies(f)})
 
     def runs_here(self) -> bool:
         """A reference backend's configuration exists only as the reference itself (`single` has no second process,
@@ -310,9 +313,7 @@ class SweepConfig:
         program names the backend, the launcher and the link make the rest), but one that does not apply to its backend
         (`only`: left at the option's default)."""
         return {
-            f.metadata["sets"]: getattr(self, f.name)
-            for f in fields(self)
-            if f.metadata["sets"] and (f.metadata["only"] is None or f.metadata["only"](self.backend))
+            f.metadata["sets"]: getattr(self, f.name) for f in fields(self) if f.metadata["sets"] and self.applies(f)
         }
 
     def run_args(self) -> list[str]:

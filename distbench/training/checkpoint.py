@@ -90,7 +90,7 @@ def load(path: Path, config: dict, world_size: int, library: str | None = None) 
     except Exception as e:  # truncated zip, wrong format, disallowed pickle: all "unreadable"
         first = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
         raise UserError(f"checkpoint {path} is corrupt or not a distbench checkpoint ({first[:160]})") from e
-    if not isinstance(state, dict) or state.get("format") not in (1, FORMAT):
+    if not isinstance(state, dict) or state.get("format") not in (1, 2, FORMAT):
         raise UserError(f"checkpoint {path} is not a distbench checkpoint (format {FORMAT})")
     if state["format"] == 1:
         state["rng"] = {"cpu": state["rng"]}

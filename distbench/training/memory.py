@@ -46,14 +46,14 @@ def held(model: nn.Module, optimizer) -> dict[str, int]:
 
 
 def per_rank(model: nn.Module, optimizer, backend: Backend) -> dict[str, int | None]:
-    """The largest rank's `held` counts and, on a GPU, its peak allocated bytes (a collective)."""
+    """The largest rank's `held` counts (None each where the backend's library keeps state they do not show:
+    `memory_counted`) and, on a GPU, its peak allocated bytes (a collective)."""
     import torch
 
     from distbench.backends.base import ReduceOp
 
-    mine = held(model, optimizer)
-    if not backend.memory_counted:  # a collective all the same: every rank joins the all-reduce below
-        mine = dict.fromkeys(mine, -1)
+    # not counted: -1 for each, the all-reduce below is a collective all the same (every rank joins it)
+    mine = held(model, optimizer) if backend.memory_counted else dict.fromkeys(KINDS, -1)
     device = backend.device
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1
     values = torch.tensor([*mine.values(), peak], dtype=torch.float64, device=device)

@@ -71,3 +71,15 @@ def test_checkpoints_of_the_first_format_still_resume(tmp_path, finished):
     torch.save(state, path)
     loaded = checkpoint.load(path, state["config"], world_size=1)
     assert torch.equal(loaded.rng["cpu"], state["rng"])
+
+
+def test_checkpoints_of_the_second_format_still_resume(tmp_path, finished):
+    """Format 2 (before library checkpoints) has no "library": read as whole tensors."""
+    _copy_of(finished["mid-epoch"][0], tmp_path)
+    path = checkpoint.path_in(tmp_path / "ckpt")
+    state = torch.load(path, weights_only=True)
+    del state["library"]
+    state["format"] = 2
+    torch.save(state, path)
+    loaded = checkpoint.load(path, state["config"], world_size=1)
+    assert loaded.library is None and loaded.step == state["step"]
