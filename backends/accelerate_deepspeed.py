@@ -53,7 +53,7 @@ class AccelerateDeepSpeedBackend(ZeroEngine, AccelerateBackend):
         micro_batch = train_loader.batch_sampler.batch_size // self.world_size // self.accumulate
         self._ds_plugin.deepspeed_config.update(ds_config(self, micro_batch))
         model, optimizer, train_loader = self.accelerator.prepare(model, optimizer, train_loader)
-        self._engine = model  # Accelerate: prepare() returns the DeepSpeedEngine as the model
+        self.engine_made(model)  # Accelerate: prepare() returns the DeepSpeedEngine as the model
         return model, optimizer, train_loader
 
     def optimizer_step(self, model: nn.Module, optimizer, max_grad_norm: float | None) -> None:

@@ -51,9 +51,6 @@ class Backend:
     # True where every forward is a collective (a sharding library all-gathers the parameters): evaluation then runs
     # the same number of forwards on every rank (training/loop.evaluate)
     forward_is_collective: ClassVar[bool] = False
-    # False where the library keeps its state in buffers of its own that the parameters, their gradients and the
-    # optimizer's state do not show (training/memory.py then records none rather than a wrong count)
-    memory_counted: ClassVar[bool] = True
     # The name of the library's own checkpoint where the library writes one (every rank its part of the model and
     # optimizer); None: the loop keeps them as whole tensors in checkpoint.pt (model_state_dict and the rest below)
     own_checkpoint: ClassVar[str | None] = None
@@ -125,6 +122,17 @@ class Backend:
         """Wrap what the library wraps; returns (model, optimizer, train_loader). `shard_units` are the task's
         submodules that a sharding library shards one by one (Task.shard_units); a replicating one ignores them."""
         return model.to(self.device), optimizer, train_loader
+
+    def schedulable(self, optimizer):
+        """The torch optimizer a task's learning-rate scheduler is built over (Task.build_scheduler): `prepare`'s."""
+        return optimizer
+
+    def memory_held(self, model: nn.Module, optimizer) -> dict[str, int]:
+        """This rank's bytes of parameters, gradients and optimizer state (training/memory.py): read from the
+        parameters, their gradients and the optimizer's state, where the library keeps them all there."""
+        from distbench.backends.held import held
+
+        return held(model, optimizer)
 
     # ---- checkpoints: whole tensors, one form for every backend (a collective where the state is sharded) -----
     def model_state_dict(self, model: nn.Module) -> dict:

@@ -18,12 +18,14 @@ The process group is the ddp backend's (gloo on CPU, nccl on GPU, the same rende
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from distbench.backends import held
 from distbench.backends.ddp import DDPBackend
 from distbench.errors import UserError
 
@@ -50,6 +52,18 @@ def ds_config(backend: DeepSpeedBackend, micro_batch: int) -> dict:
     return config
 
 
+def gradients(engine) -> list[torch.Tensor]:
+    """The gradient tensors an engine holds: the parameters' `.grad`, and ZeRO's own gradient buffers (stages 1-2:
+    the reduced partition, `averaged_gradients`, in `grads_in_partition`; stage 3: `grad_partitions_flat_buffer`;
+    the fp32 partitions' `.grad`)."""
+    zero = engine.optimizer
+    inner = getattr(zero, "optimizer", zero)
+    buffers = ("averaged_gradients", "grads_in_partition", "grad_partitions_flat_buffer")
+    own = [getattr(zero, name, None) for name in buffers]
+    grads = [p.grad for p in engine.module.parameters()] + [p.grad for g in inner.param_groups for p in g["params"]]
+    return [t for t in grads if t is not None] + held.tensors_in(own)
+
+
 def deepspeed_module():
     """deepspeed, imported on this machine's accelerator."""
     if not torch.cuda.is_available():
@@ -63,12 +77,10 @@ def deepspeed_module():
 
 class ZeroEngine:
     """What a backend whose model and optimizer are a DeepSpeed engine (`self._engine`, set in `prepare`) does the
-    same way however the engine was made: stage 3's gathered state, DeepSpeed's own checkpoints, memory not counted.
-    A mixin before the process-group backend (the ddp one here, Accelerate's in accelerate_deepspeed.py)."""
+    same way however the engine was made: stage 3's gathered state, DeepSpeed's own checkpoints, the memory its
+    buffers hold. A mixin before the process-group backend (the ddp one here, Accelerate's in
+    accelerate_deepspeed.py)."""
 
-    # DeepSpeed: ZeRO keeps flat fp32 partitions and gradient buffers of its own beside the module's parameters;
-    # counted exactly per stage is the next step (issue 36); until then the record says "not counted"
-    memory_counted = False
     own_checkpoint = "deepspeed"  # save_checkpoint/load_checkpoint: each rank its partition (training/checkpoint.py)
 
     def setup(self) -> None:
@@ -76,6 +88,44 @@ class ZeroEngine:
         # stage 3 all-gathers each layer's parameters in every forward: every rank runs as many (training/loop.py)
         self.forward_is_collective = self.zero_stage == 3
         self._engine = None
+        self._grads_bytes = 0
+
+    def engine_made(self, engine) -> None:
+        """Keep the engine, and count the gradients it holds at the two points where they are most (`memory_held`)."""
+        self._engine = engine
+
+        def counting(method):
+            @functools.wraps(method)
+            def counted(*args, **kwargs):
+                now = held.tensor_bytes(gradients(engine), {})
+                self._grads_bytes = max(self._grads_bytes, now)
+                return method(*args, **kwargs)
+
+            return counted
+
+        # DeepSpeed: after each backward, before its own reduction there (allreduce_gradients: stages 0-1 hold every
+        # gradient then, stage 2-3 their partition and what they have not reduced yet); and as its optimizer's step
+        # begins (the reduced partition, before ZeRO frees them inside its step)
+        engine.allreduce_gradients = counting(engine.allreduce_gradients)
+        engine.optimizer.step = counting(engine.optimizer.step)
+
+    def memory_held(self, model: nn.Module, optimizer) -> dict[str, int]:
+        """What DeepSpeed holds, each byte once: the module's parameters (stages 1-2: views into one flat buffer;
+        stage 3: this rank's partition, `ds_tensor`), the most gradients it held (`engine_made`), and the optimizer's
+        state with ZeRO's fp32 master copy of its partition (as in the ZeRO paper, optimizer state; stages 1-2 copy
+        it, stage 3 of an fp32 model uses the partition itself). Not counted, as DDP's buckets are not: the buffers
+        it communicates through (reduce_bucket_size, allgather_bucket_size), beyond the gradients they hold."""
+        zero = self._engine.optimizer
+        inner = getattr(zero, "optimizer", zero)  # the task's optimizer, wrapped by ZeRO (stage 0: itself)
+        counted: dict = {}
+        params = [getattr(p, "ds_tensor", p) for p in self._engine.module.parameters()]
+        masters = [p for group in inner.param_groups for p in group["params"]]  # stage 0: the parameters (counted)
+        states = [v for s in inner.state.values() for v in s.values() if torch.is_tensor(v)]
+        return {
+            "params_bytes": held.tensor_bytes(params, counted),
+            "grads_bytes": self._grads_bytes,
+            "optimizer_bytes": held.tensor_bytes([*masters, *states], counted),
+        }
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module
@@ -117,8 +167,14 @@ class DeepSpeedBackend(ZeroEngine, DDPBackend):
         engine, optimizer, _, _ = deepspeed_module().initialize(
             model=model.to(self.device), optimizer=optimizer, config=ds_config(self, micro_batch)
         )
-        self._engine = engine
+        self.engine_made(engine)
         return engine, optimizer, train_loader
+
+    def schedulable(self, optimizer):
+        # DeepSpeed: ZeRO's optimizer is not a torch Optimizer (a scheduler refuses it); a scheduler is built over the
+        # task's own, whose parameter groups ZeRO steps (deepspeed.initialize builds its users' lr_scheduler over the
+        # same `basic_optimizer`); the loop steps it, not the engine
+        return self._engine.basic_optimizer
 
     def accumulation(self, model: nn.Module, sync: bool):
         self._boundary = sync

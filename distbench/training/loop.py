@@ -138,7 +138,8 @@ def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, cloc
     if cfg.max_steps is not None:
         total_steps = min(total_steps, cfg.max_steps)
     build_scheduler = getattr(task, "build_scheduler", None)  # optional in the Task interface
-    scheduler = build_scheduler(optimizer, total_steps, steps_per_epoch) if build_scheduler else None
+    schedulable = backend.schedulable(optimizer)
+    scheduler = build_scheduler(schedulable, total_steps, steps_per_epoch) if build_scheduler else None
     clock.mark("build")
     return Parts(
         model, optimizer, scheduler, train_loader, test_loader, info, steps_per_epoch, total_steps, data_fingerprint

@@ -1,6 +1,7 @@
 """DeepSpeed's ZeRO stages, natively (started by its own launcher) and through Accelerate: every stage follows the
-single process, and its own checkpoint resumes exactly. (Stage 0 under every check of the other backends:
-test_equivalence, test_knobs, test_bert, test_contract, check-task.)"""
+single process at accumulation 4, each rank holds its stage's share of the state, and DeepSpeed's own checkpoint
+resumes exactly. (Stage 0 under every check of the other backends: test_equivalence, test_knobs, test_contract,
+check-task; stage 3 on the tiny BERT: test_bert; bf16: test_fsdp's bf16 test.)"""
 
 import json
 
@@ -8,60 +9,98 @@ import pytest
 
 from distbench.training import fairness
 from tests.conftest import EQUIVALENCE_STEPS
-from tests.helpers import assert_one_line_error, child_env, launch, py, read_record, run_cmd, run_in, run_py
+from tests.helpers import child_env, launch, py, read_record, run_cmd, run_in
+
+STAGES = (1, 2, 3)
+# what the sweep's runs are given; the resumed runs below are given the same, so that they are the same runs
+SETTINGS = f"--accumulate 4 --max-steps {EQUIVALENCE_STEPS} --dropout 0 --batch-size 64 --threads 1"
 
 
-@pytest.mark.multiproc
-@pytest.mark.timeout(600)
-def test_every_zero_stage_follows_the_single_process(tmp_path, mnist_run):
+@pytest.fixture(scope="module")
+def zero_sweep(tmp_path_factory) -> dict:
     """One sweep over --zero-stage 1,2,3 of DeepSpeed natively (its own launcher) and through Accelerate (accelerate
-    launch): each reproduces single x1's first steps and evaluates every test sample once. (That the axis does not
-    multiply other backends' runs: tests/unit/test_plan.py.)"""
-    out = tmp_path / "sweep"
-    cmd = py(
-        f"run.py compare --backends deepspeed,accelerate-deepspeed --nprocs 2 --zero-stage 1,2,3 --max-steps "
-        f"{EQUIVALENCE_STEPS} --dropout 0 --batch-size 64 --threads 1 --out",
-        out,
-    )
-    run_in(tmp_path, cmd, timeout=560)
+    launch), each step 4 micro-batches (DeepSpeed's gradient_accumulation_steps): the records by (backend, stage),
+    the single-process reference under "single". (That the axis does not multiply other backends' runs:
+    tests/unit/test_plan.py.)"""
+    tmp = tmp_path_factory.mktemp("zero")
+    out = tmp / "sweep"
+    stages = ",".join(map(str, STAGES))
+    cmd = py(f"run.py compare --backends deepspeed,accelerate-deepspeed --nprocs 2 --zero-stage {stages} {SETTINGS}")
+    run_in(tmp, [*cmd, "--out", str(out)], timeout=560)
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
-    ran = sorted((r["backend"], r["config"]["zero_stage"]) for r in recs if r["backend"] != "single")
-    assert ran == [(b, k) for b in ("accelerate-deepspeed", "deepspeed") for k in (1, 2, 3)]
-    single = mnist_run("single", 1)["loss_history"][:EQUIVALENCE_STEPS]
-    for r in (r for r in recs if r["backend"] != "single"):
-        diff = max(abs(a - b) for a, b in zip(r["loss_history"], single, strict=True))
-        print(f"{r['backend']} x2 ZeRO-{r['config']['zero_stage']} vs single x1: max per-step loss diff {diff:.2e}")
-        assert diff < fairness.LOSS_TOLERANCE and r["eval_count"] == 500
-        assert r["launcher"] == ("deepspeed" if r["backend"] == "deepspeed" else "accelerate launch")
-        assert r["memory_per_rank"]["params_bytes"] is None  # not counted yet
-    report = (out / "report.md").read_text()
-    assert "ZeRO-3" in report and "ZeRO-1" in report
+    by = {(r["backend"], r["config"]["zero_stage"]): r for r in recs if r["backend"] != "single"}
+    assert sorted(by) == [(b, k) for b in ("accelerate-deepspeed", "deepspeed") for k in STAGES]
+    return {**by, "single": next(r for r in recs if r["backend"] == "single"), "report": (out / "report.md")}
 
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(600)
-def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_path):
-    """Each rank writes its ZeRO-2 partition through DeepSpeed's save_checkpoint; a run killed at step 15 resumes
-    from step 10 and ends where the uninterrupted run ends; at another world size the checkpoint is refused."""
-    common = ["--no-progress", "--threads", "1", "--timeout-s", "60", "--zero-stage", "2", "--max-steps", "20"]
+def test_every_zero_stage_follows_the_single_process_at_accumulation_4(zero_sweep, mnist_run):
+    """Each stage at x2, 4 micro-batches of 8 per rank and step, reproduces single x1's first steps at one batch of 64
+    and evaluates every test sample once."""
+    single = mnist_run("single", 1)["loss_history"][:EQUIVALENCE_STEPS]
+    for (backend, stage), r in ((k, v) for k, v in zero_sweep.items() if isinstance(k, tuple)):
+        diff = max(abs(a - b) for a, b in zip(r["loss_history"], single, strict=True))
+        print(f"{backend} x2 ZeRO-{stage} acc4 vs single x1 acc1: max per-step loss diff {diff:.2e}")
+        assert diff < fairness.LOSS_TOLERANCE and r["eval_count"] == 500
+        assert (r["accumulate"], r["micro_batch_size"]) == (4, 8)
+        assert r["launcher"] == ("deepspeed" if backend == "deepspeed" else "accelerate launch")
+    report = zero_sweep["report"].read_text()
+    assert "ZeRO-3" in report and "ZeRO-1" in report and "### Memory per rank" in report
 
-    def args(name):
-        ckpt, out = tmp_path / f"ckpt-{name}", tmp_path / f"{name}.json"
-        return [*common, "--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--output", str(out)], ckpt, out
 
-    straight, _, straight_out = args("straight")
-    run_cmd(launch("deepspeed", 2, straight), timeout=240, env=child_env(tmp_path))
-    resumed, ckpt, out = args("resumed")
-    fault = child_env(tmp_path, DISTBENCH_FAULT="kill:1:15")
-    killed = run_cmd(launch("deepspeed", 2, resumed), timeout=240, env=fault, expect_rc=None)
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_each_rank_holds_its_stages_share_of_the_state(zero_sweep, mnist_run):
+    """Memory per rank at x2 against the whole state of one process (single x1: P bytes of fp32 parameters, P of
+    gradients, 2P of Adadelta's state), counted from DeepSpeed's buffers (backends/deepspeed_backend.py):
+
+    - stage 0 holds what ddp holds;
+    - stages 1-3 add ZeRO's fp32 master copy to the optimizer state (stage 3 of an fp32 model: the partition
+      itself) and divide the optimizer state by 2: 3P / 2 at stages 1-2, 2P / 2 at stage 3;
+    - stage 3 divides the parameters too;
+    - gradients: all P at stages 1-2, whose reduce bucket (DeepSpeed's default reduce_bucket_size, 5e8 elements, far
+      above this model) holds every gradient until backward ends, then P / 2 in the reduced partition; stage 3 also
+      keeps its partition buffer beside them: 1.5 P.
+
+    Partitions are the flat buffer (padded to divide by the world size) over the ranks: each within 8 bytes of an
+    exact half here; the optimizer also holds Adadelta's one-element `step` per parameter group."""
+    one = zero_sweep["single"]["memory_per_rank"]
+    p = one["params_bytes"]
+    assert (one["grads_bytes"], one["optimizer_bytes"]) == (p, 2 * p + 4 * 8)  # 8 parameters, a step each
+    assert mnist_run("deepspeed", 2)["memory_per_rank"] == mnist_run("ddp", 2)["memory_per_rank"]
+
+    def near(x: int, y: float) -> bool:
+        return y <= x <= y + 16
+
+    for backend in ("deepspeed", "accelerate-deepspeed"):
+        held = {k: zero_sweep[backend, k]["memory_per_rank"] for k in STAGES}
+        print(backend, {k: [m[x] for x in ("params_bytes", "grads_bytes", "optimizer_bytes")] for k, m in held.items()})
+        for k in (1, 2):
+            assert (held[k]["params_bytes"], held[k]["grads_bytes"]) == (p, p), (backend, k)
+            assert near(held[k]["optimizer_bytes"], 3 * p / 2), (backend, k)
+        assert near(held[3]["params_bytes"], p / 2) and near(held[3]["grads_bytes"], 3 * p / 2), backend
+        assert near(held[3]["optimizer_bytes"], p), backend
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_path, zero_sweep):
+    """Each rank writes its ZeRO-2 partition through DeepSpeed's save_checkpoint every 5 steps; a run killed at step 8
+    resumes from step 5 and ends where the sweep's uninterrupted ZeRO-2 run ended (the same settings); only the
+    newest checkpoint is kept. (Another world size is refused in one line: tests/unit/test_checkpoint.py.)"""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "resumed.json"
+    args = [*SETTINGS.split(), "--zero-stage", "2", "--no-progress", "--timeout-s", "60"]
+    args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", "5", "--output", str(out)]
+    fault = child_env(tmp_path, DISTBENCH_FAULT="kill:1:8")
+    killed = run_cmd(launch("deepspeed", 2, args), timeout=240, env=fault, expect_rc=None)
     assert killed.returncode != 0 and not out.exists()
-    assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == ["step10"]
-    again = run_cmd(launch("deepspeed", 2, resumed), timeout=240, env=child_env(tmp_path))
-    assert "resuming from" in again.stderr and "at step 10" in again.stderr
-    a, b = read_record(straight_out), read_record(out)
-    assert b["resumed_from_step"] == 10
-    assert a["loss_history"] == b["loss_history"] and a["param_checksum"] == b["param_checksum"]
-    assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == ["step20"]  # the older pruned
-    one = run_py(["--backend", "deepspeed", *common, "--checkpoint-dir", str(ckpt)], tmp_path, expect_rc=None)
-    assert_one_line_error(one, "deepspeed's own checkpoint of 2 processes", "this run has 1")
+    assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == ["step5"]
+    again = run_cmd(launch("deepspeed", 2, args), timeout=240, env=child_env(tmp_path))
+    assert "resuming from" in again.stderr and "at step 5" in again.stderr
+    straight, resumed = zero_sweep["deepspeed", 2], read_record(out)
+    assert resumed["resumed_from_step"] == 5
+    assert resumed["loss_history"] == straight["loss_history"]
+    assert resumed["param_checksum"] == straight["param_checksum"]
+    assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == ["step10"]  # the older pruned

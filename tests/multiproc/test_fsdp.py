@@ -1,8 +1,8 @@
 """FSDP2, native (backends/fsdp.py, under torchrun) and through Accelerate (accelerate-fsdp, under accelerate launch),
 for real on CPU/gloo: memory per rank halves at x2 where DDP's does not, a checkpoint written sharded at x2 resumes
-at x1 and replicated at x2 with the next-step loss of a straight run,
-and bf16 through FSDP's MixedPrecisionPolicy follows fp32. Their loss curves against single (MNIST, tiny BERT),
-accumulation and compression are in test_equivalence, test_bert and test_knobs, with every backend."""
+at x1 and replicated at x2 with the next-step loss of a straight run, and bf16 through FSDP's MixedPrecisionPolicy
+(and DeepSpeed's torch_autocast) follows fp32. Their loss curves against single (MNIST, tiny BERT), accumulation and
+compression are in test_equivalence, test_bert and test_knobs, with every backend."""
 
 import re
 import shutil
@@ -73,17 +73,19 @@ def test_a_sharded_checkpoint_resumes_at_another_world_size_and_replicated_with_
 
 
 @pytest.mark.timeout(400)
-def test_fsdp_in_bf16_follows_fp32(mnist_run):
-    """FSDP's MixedPrecisionPolicy (bf16 parameters and computation, fp32 reduction) against fp32, by what bf16's
+@pytest.mark.parametrize("backend", ["fsdp", "deepspeed"])
+def test_bf16_follows_fp32(mnist_run, backend):
+    """bf16 through the library's own mechanism: FSDP's MixedPrecisionPolicy (bf16 parameters and computation, fp32
+    reduction), DeepSpeed's torch_autocast (fp32 parameters, the forward under autocast); against fp32, by what bf16's
     rounding guarantees on any processor (fairness.rounding_bound, its derivation beside it): the first step differs by
     the forward's rounding only, both runs learn, and after the last step the evaluation loss and the mean loss over
     the steps are within the rounding of every step taken."""
-    fp32, bf16 = mnist_run("fsdp", 2), mnist_run("fsdp", 2, "--precision", "bf16")
+    fp32, bf16 = mnist_run(backend, 2), mnist_run(backend, 2, "--precision", "bf16")
     u, first, steps = fairness.SIXTEEN_BIT_ROUNDING, fp32["loss_history"][0], len(fp32["loss_history"])
     step_one = abs(bf16["loss_history"][0] - first)
     drift, bound = fairness.drift(bf16, fp32), fairness.rounding_bound(steps)
     print(
-        f"fsdp x2 bf16 against fp32: first step {step_one:.2e} off (bound {2 * u * first:.2e}), evaluation loss "
+        f"{backend} x2 bf16 against fp32: first step {step_one:.2e} off (bound {2 * u * first:.2e}), evaluation loss "
         f"{drift['eval_loss']:.2%} and mean loss {drift['mean_loss']:.2%} off after {steps} steps (bound {bound:.1%})"
     )
     # the same weights and the same batch: the loss is rounded to bf16 once (u of it), the logits it comes from carry
