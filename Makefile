@@ -1,6 +1,6 @@
 # Every target sets up what it needs first (scripts/setup_env.sh is quick when already done).
 PY := .venv/bin/python
-.PHONY: setup demo test test-fast bench bench-bert bench-network bench-fsdp lint clean-venv
+.PHONY: setup demo test test-fast bench bench-bert bench-network bench-fsdp bench-deepspeed lint clean-venv
 
 setup:
 	@bash scripts/setup_env.sh
@@ -46,6 +46,14 @@ bench-fsdp: setup
 	$(PY) run.py compare --task synthetic-resnet --model resnet18 --batch-size 16 $(FSDP_SWEEP) --max-steps 8 --repeats 5 --out docs/results/fsdp/synthetic-resnet
 	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) $(FSDP_SWEEP) --max-steps 8 --repeats 5 --out docs/results/fsdp/bert
 	$(PY) -m benchmarks.fsdp docs/results/fsdp/mnist docs/results/fsdp/synthetic-resnet docs/results/fsdp/bert --out docs/fsdp.md
+
+# DeepSpeed's ZeRO stages against ddp and fsdp at world sizes 1 and 2 (docs/deepspeed.md; about 40 minutes here)
+DS_SWEEP = --backends single,ddp,fsdp,deepspeed --zero-stage 0,1,2,3 --nprocs 1,2 --repeats 3
+bench-deepspeed: setup
+	$(PY) run.py compare --task mnist $(DS_SWEEP) --max-steps 40 --out docs/results/deepspeed/mnist
+	$(PY) run.py compare --task synthetic-resnet --model resnet18 --batch-size 16 $(DS_SWEEP) --max-steps 6 --out docs/results/deepspeed/synthetic-resnet
+	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) $(DS_SWEEP) --max-steps 6 --out docs/results/deepspeed/bert
+	$(PY) -m benchmarks.fsdp docs/results/deepspeed/mnist docs/results/deepspeed/synthetic-resnet docs/results/deepspeed/bert --out docs/deepspeed.md
 
 lint: setup
 	$(PY) -m ruff check . && $(PY) -m ruff format --check .

@@ -1,6 +1,7 @@
 """Bad input is one clear line and exit code 2, before any process group starts, and nothing is written."""
 
 import hashlib
+import shutil
 import sys
 
 import pytest
@@ -262,28 +263,22 @@ def _digest(folder):
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
+@pytest.fixture(scope="module")
+def written_checkpoint(tmp_path_factory):
+    """A checkpoint written at step 4 of a run (every case below refuses a copy of it)."""
+    tmp = tmp_path_factory.mktemp("written")
+    ckpt = tmp / "ckpt"
+    args = [*RELIABLE, "--max-steps", "4", "--checkpoint-dir", str(ckpt), "--checkpoint-every", "2"]
+    run_in(tmp, [sys.executable, "run.py", *args, "--output", str(tmp / "a.json")], timeout=120)
+    return ckpt
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("case", ["truncated", "other_task", "other_batch", "not_a_checkpoint"])
-def test_bad_checkpoints_are_refused_and_left_alone(tmp_path, case):
+def test_bad_checkpoints_are_refused_and_left_alone(tmp_path, written_checkpoint, case):
     ckpt = tmp_path / "ckpt"
-    run_in(
-        tmp_path,
-        [
-            sys.executable,
-            "run.py",
-            *RELIABLE,
-            "--max-steps",
-            "4",
-            "--checkpoint-dir",
-            str(ckpt),
-            "--checkpoint-every",
-            "2",
-            "--output",
-            str(tmp_path / "a.json"),
-        ],
-        timeout=120,
-    )
+    shutil.copytree(written_checkpoint, ckpt)
     f = ckpt / "checkpoint.pt"
     args = [*RELIABLE, "--max-steps", "8", "--checkpoint-dir", str(ckpt), "--output", str(tmp_path / "b.json")]
     if case == "truncated":
