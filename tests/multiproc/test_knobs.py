@@ -40,10 +40,11 @@ def runs(request, mnist_run):
     backend = request.param
     # horovod refuses bf16; the sharding backends' bf16 is the same reduce_dtype as their fp16, and accelerate's the
     # same DDP communication hook as ddp's (bf16_compress_hook): one format suffices for each of them. Accelerate's
-    # DeepSpeed plugin passes DeepSpeed the deepspeed backend's own communication_data_type (ds_config): deepspeed's
-    # runs check it; its accumulation, whose boundary Accelerate marks, is checked here
+    # FSDP and DeepSpeed plugins hand their library the native backend's own setting (fsdp.mixed_precision_policy,
+    # deepspeed's ds_config communication_data_type): fsdp's and deepspeed's runs check it; their accumulation,
+    # whose boundary Accelerate marks, is checked here
     names = [n for n in SETTINGS if not (n == "bf16" and backend != "ddp")]
-    if backend == "accelerate-deepspeed":
+    if backend in ("accelerate-fsdp", "accelerate-deepspeed"):
         names = ["acc1", "acc2"]
     return backend, {n: mnist_run(backend, 2, *SETTINGS[n]) for n in names}
 
