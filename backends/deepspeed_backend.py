@@ -64,6 +64,18 @@ def gradients(engine) -> list[torch.Tensor]:
     return [t for t in grads if t is not None] + held.tensors_in(own)
 
 
+def unlink_shm_segment(rank: int) -> None:
+    """Remove this rank's name of DeepSpeed's shared-memory all-reduce segment once every rank has it mapped.
+
+    # DeepSpeed: on a CPU, deepspeed.comm creates a 66 MB segment per rank, /dev/shm/deepspeed_allreduce_buffer_
+    # {uid}_{MASTER_ADDR}_{MASTER_PORT}_{rank} (ops/csrc/cpu/comm/shm.cpp), and never unlinks it: every run left
+    # 66 MB per rank in /dev/shm (RAM) until this machine ran out of memory and killed a run. Unlinked once mapped, the
+    # memory is freed when the last process of the job exits, a killed one included."""
+    name = f"deepspeed_allreduce_buffer_{os.getuid()}_{os.environ.get('MASTER_ADDR')}_{os.environ.get('MASTER_PORT')}"
+    with contextlib.suppress(FileNotFoundError):  # none where the op is not used (CUDA, or a world of one)
+        os.unlink(f"/dev/shm/{name}_{rank}")
+
+
 def deepspeed_module():
     """deepspeed, imported on this machine's accelerator."""
     if not torch.cuda.is_available():
@@ -93,6 +105,8 @@ class ZeroEngine:
     def engine_made(self, engine) -> None:
         """Keep the engine, and count the gradients it holds at the two points where they are most (`memory_held`)."""
         self._engine = engine
+        self.barrier()  # every rank has mapped every other's shared-memory segment (deepspeed.comm's initialize)
+        unlink_shm_segment(self.rank)
 
         def counting(method):
             @functools.wraps(method)

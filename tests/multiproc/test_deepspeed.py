@@ -4,6 +4,7 @@ resumes exactly. (Stage 0 under every check of the other backends: test_equivale
 check-task; stage 3 on the tiny BERT: test_bert; bf16: test_fsdp's bf16 test.)"""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,11 @@ STAGES = (1, 2, 3)
 SETTINGS = f"--accumulate 4 --max-steps {EQUIVALENCE_STEPS} --dropout 0 --batch-size 64 --threads 1"
 
 
+def shm_segments() -> set[str]:
+    """DeepSpeed's shared-memory all-reduce segments in /dev/shm (backends/deepspeed_backend.unlink_shm_segment)."""
+    return {p.name for p in Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")}
+
+
 @pytest.fixture(scope="module")
 def zero_sweep(tmp_path_factory) -> dict:
     """One sweep over --zero-stage 1,2,3 of DeepSpeed natively (its own launcher) and through Accelerate (accelerate
@@ -24,9 +30,10 @@ def zero_sweep(tmp_path_factory) -> dict:
     tests/unit/test_plan.py.)"""
     tmp = tmp_path_factory.mktemp("zero")
     out = tmp / "sweep"
-    stages = ",".join(map(str, STAGES))
+    stages, segments = ",".join(map(str, STAGES)), shm_segments()
     cmd = py(f"run.py compare --backends deepspeed,accelerate-deepspeed --nprocs 2 --zero-stage {stages} {SETTINGS}")
     run_in(tmp, [*cmd, "--out", str(out)], timeout=560)
+    assert shm_segments() <= segments  # none of DeepSpeed's 66 MB segments per rank left in RAM
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
     by = {(r["backend"], r["config"]["zero_stage"]): r for r in recs if r["backend"] != "single"}
@@ -93,10 +100,11 @@ def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_p
     ckpt, out = tmp_path / "ckpt", tmp_path / "resumed.json"
     args = [*SETTINGS.split(), "--zero-stage", "2", "--no-progress", "--timeout-s", "60"]
     args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", "5", "--output", str(out)]
-    fault = child_env(tmp_path, DISTBENCH_FAULT="kill:1:8")
+    fault, segments = child_env(tmp_path, DISTBENCH_FAULT="kill:1:8"), shm_segments()
     killed = run_cmd(launch("deepspeed", 2, args), timeout=240, env=fault, expect_rc=None)
     assert killed.returncode != 0 and not out.exists()
     assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == ["step5"]
+    assert shm_segments() <= segments  # a killed run leaves none either
     again = run_cmd(launch("deepspeed", 2, args), timeout=240, env=child_env(tmp_path))
     assert "resuming from" in again.stderr and "at step 5" in again.stderr
     straight, resumed = zero_sweep["deepspeed", 2], read_record(out)
