@@ -52,10 +52,24 @@ def ds_config(backend: DeepSpeedBackend, micro_batch: int) -> dict:
     return config
 
 
+COUNTED_STEPS = 2  # optimizer steps whose gradients are counted (ZeroEngine.engine_made)
+
+
+def _before(method, first):
+    """`method`, calling `first` (with the same arguments) before it."""
+
+    @functools.wraps(method)
+    def both(*args, **kwargs):
+        first(*args, **kwargs)
+        return method(*args, **kwargs)
+
+    return both
+
+
 def gradients(engine) -> list[torch.Tensor]:
-    """The gradient tensors an engine holds: the parameters' `.grad`, and ZeRO's own gradient buffers (stages 1-2:
-    the reduced partition, `averaged_gradients`, in `grads_in_partition`; stage 3: `grad_partitions_flat_buffer`;
-    the fp32 partitions' `.grad`)."""
+    """The gradient tensors an engine holds: the parameters' `.grad`, and ZeRO's own gradient buffers (stages 1-2: the
+    reduced partition, `averaged_gradients`; stage 2 keeps it in `grads_in_partition`; stage 3:
+    `grad_partitions_flat_buffer`; the fp32 partitions' `.grad`)."""
     zero = engine.optimizer
     inner = getattr(zero, "optimizer", zero)
     buffers = ("averaged_gradients", "grads_in_partition", "grad_partitions_flat_buffer")
@@ -103,36 +117,45 @@ class ZeroEngine:
         self._grads_bytes = 0
 
     def engine_made(self, engine) -> None:
-        """Keep the engine, and count the gradients it holds at the two points where they are most (`memory_held`)."""
+        """Keep the engine, and count the gradients it holds at the two points where they are most (`memory_held`),
+        over the first COUNTED_STEPS optimizer steps (the same each step; later steps pay only a flag's test)."""
         self._engine = engine
         self.barrier()  # every rank has mapped every other's shared-memory segment (deepspeed.comm's initialize)
         unlink_shm_segment(self.rank)
+        self._steps_to_count = COUNTED_STEPS
 
-        def counting(method):
-            @functools.wraps(method)
-            def counted(*args, **kwargs):
-                now = held.tensor_bytes(gradients(engine), {})
-                self._grads_bytes = max(self._grads_bytes, now)
-                return method(*args, **kwargs)
+        def count(*_args, **_kwargs) -> None:
+            if self._steps_to_count:
+                self._grads_bytes = max(self._grads_bytes, held.tensor_bytes(gradients(engine), {}))
 
-            return counted
+        def step_begins(*_args, **_kwargs) -> None:
+            count()
+            self._steps_to_count = max(0, self._steps_to_count - 1)
 
         # DeepSpeed: after each backward, before its own reduction there (allreduce_gradients: stages 0-1 hold every
-        # gradient then, stage 2-3 their partition and what they have not reduced yet); and as its optimizer's step
-        # begins (the reduced partition, before ZeRO frees them inside its step)
-        engine.allreduce_gradients = counting(engine.allreduce_gradients)
-        engine.optimizer.step = counting(engine.optimizer.step)
+        # gradient then, stages 2-3 their partition and what they have not reduced yet); and as its optimizer's step
+        # begins (the reduced partition, before ZeRO frees it inside its step)
+        engine.allreduce_gradients = _before(engine.allreduce_gradients, count)
+        if isinstance(engine.optimizer, torch.optim.Optimizer):  # stage 0: the task's own, whose hooks torch keeps
+            engine.optimizer.register_step_pre_hook(step_begins)
+        else:  # ZeRO's optimizer, not a torch Optimizer
+            engine.optimizer.step = _before(engine.optimizer.step, step_begins)
 
     def memory_held(self, model: nn.Module, optimizer) -> dict[str, int]:
         """What DeepSpeed holds, each byte once: the module's parameters (stages 1-2: views into one flat buffer;
-        stage 3: this rank's partition, `ds_tensor`), the most gradients it held (`engine_made`), and the optimizer's
-        state with ZeRO's fp32 master copy of its partition (as in the ZeRO paper, optimizer state; stages 1-2 copy
-        it, stage 3 of an fp32 model uses the partition itself). Not counted, as DDP's buckets are not: the buffers
-        it communicates through (reduce_bucket_size, allgather_bucket_size), beyond the gradients they hold."""
+        stage 3: this rank's partition, `ds_tensor`, and the small parameters it keeps whole), the most gradients it
+        held (`engine_made`), and the optimizer's state with ZeRO's fp32 master copy of its partition (as in the ZeRO
+        paper, optimizer state; stages 1-2 copy it, stage 3 of an fp32 model uses the partition itself). Not counted,
+        as DDP's buckets are not: the buffers it communicates through (reduce_bucket_size, allgather_bucket_size),
+        beyond the gradients they hold."""
         zero = self._engine.optimizer
         inner = getattr(zero, "optimizer", zero)  # the task's optimizer, wrapped by ZeRO (stage 0: itself)
         counted: dict = {}
-        params = [getattr(p, "ds_tensor", p) for p in self._engine.module.parameters()]
+        # stage 3: each parameter's partition, and the whole of those DeepSpeed keeps on every rank between steps
+        # (at most stage3_param_persistence_threshold elements, 1e5 by default); elsewhere the parameters
+        params = [
+            t for p in self._engine.module.parameters() for t in (getattr(p, "ds_tensor", None), p) if t is not None
+        ]
         masters = [p for group in inner.param_groups for p in group["params"]]  # stage 0: the parameters (counted)
         states = [v for s in inner.state.values() for v in s.values() if torch.is_tensor(v)]
         return {

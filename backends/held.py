@@ -33,21 +33,26 @@ def held(model: nn.Module, optimizer) -> dict[str, int]:
     }
 
 
-def tensor_bytes(tensors, counted: dict[int, list[tuple[int, int]]]) -> int:
+def tensor_bytes(tensors, counted: dict[tuple[str, int], list[tuple[int, int]]]) -> int:
     """The bytes of `tensors`, each byte once: views into one buffer (a library's flat buffers hold many tensors)
     count the bytes they cover, however many views overlap there. Bytes already in `counted` (per buffer address,
     the byte ranges counted; updated) are not counted again."""
     total = 0
     for t in tensors:
-        if not t.numel():
+        storage, size = t.untyped_storage(), t.numel() * t.element_size()
+        if not size or not storage.nbytes():  # empty, or its storage freed (a library's released buffer)
+            continue
+        if _span(t) != size:  # a strided view with gaps: its own elements, not merged with other views
+            total += size
             continue
         start = t.storage_offset() * t.element_size()
-        total += _add_range(counted.setdefault(t.untyped_storage().data_ptr(), []), start, start + _span(t))
+        total += _add_range(counted.setdefault((t.device.type, storage.data_ptr()), []), start, start + size)
     return total
 
 
 def _span(t: torch.Tensor) -> int:
-    """The bytes from a tensor's first element to the end of its last (its numel's worth where contiguous)."""
+    """The bytes from a tensor's first element to the end of its last (its numel's worth where it is dense, in any
+    order of its dimensions)."""
     return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True))) * t.element_size()
 
 

@@ -44,8 +44,9 @@ def rows(configs: list[Config]) -> list[dict]:
 
 
 def _at_one(c: Config) -> SweepConfig:
-    """The same configuration (backend, ZeRO stage, ...) at world size 1, on one node."""
-    return replace(c.config, world_size=1, nodes=1)
+    """The same configuration (backend, ZeRO stage, ...) at world size 1, on one node, whatever its threads (x1 runs
+    take every core, x2 runs their share)."""
+    return replace(c.config, world_size=1, nodes=1, threads=0)
 
 
 def task_section(task: str, configs: list[Config], sweep: dict, results: str = "fsdp") -> list[str]:

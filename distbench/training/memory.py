@@ -36,7 +36,7 @@ def per_rank(model: nn.Module, optimizer, backend: Backend) -> dict[str, int | N
     mine = backend.memory_held(model, optimizer)
     device = backend.device
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else -1
-    values = torch.tensor([*mine.values(), peak], dtype=torch.float64, device=device)
+    values = torch.tensor([*(mine[k] for k in KINDS), peak], dtype=torch.float64, device=device)
     top = backend.all_reduce(values, ReduceOp.MAX).cpu().tolist()
     out: dict[str, int | None] = {k: int(v) if v >= 0 else None for k, v in zip(KINDS, top, strict=False)}
     out["peak_allocated_bytes"] = int(top[-1]) if top[-1] >= 0 else None

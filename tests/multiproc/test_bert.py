@@ -53,16 +53,21 @@ def tiny_reference(tmp_path_factory, mini_mr):
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(400)
-@pytest.mark.parametrize("backend", DISTRIBUTED)
-def test_tiny_bert_losses_match_single_process(tmp_path, mini_mr, tiny_reference, backend):
+@pytest.mark.parametrize(
+    "backend,stage",
+    [(b, 3 if REGISTRY[b].zero_stages else 0) for b in DISTRIBUTED] + [("deepspeed", 0)],
+    ids=lambda v: str(v),
+)
+def test_tiny_bert_losses_match_single_process(tmp_path, mini_mr, tiny_reference, backend, stage):
     """Every library at x2; DeepSpeed's at ZeRO-3, whose forward all-gathers each layer's partitioned parameters
-    (BERT's embeddings, attention and pooler included). Stages 1 and 2 partition what the optimizer holds, whatever
-    the model: MNIST checks them (test_deepspeed)."""
+    (BERT's embeddings, attention and pooler included), and deepspeed at stage 0 too, where its optimizer is the
+    task's own under DeepSpeed's step (BERT's scheduler is built over it: DeepSpeedBackend.schedulable). Stages 1
+    and 2 partition what the optimizer holds, whatever the model: MNIST checks them (test_deepspeed)."""
     out = tmp_path / "r.json"
-    stage = ["--zero-stage", "3"] if REGISTRY[backend].zero_stages else []
-    run_in(tmp_path, launch(backend, 2, [*TINY, *stage, "--data-dir", str(mini_mr), "--output", str(out)]), timeout=300)
+    zero = ["--zero-stage", str(stage)] if REGISTRY[backend].zero_stages else []
+    run_in(tmp_path, launch(backend, 2, [*TINY, *zero, "--data-dir", str(mini_mr), "--output", str(out)]), timeout=300)
     rec = read_record(out)
-    assert rec["config"]["zero_stage"] == (3 if stage else 0)
+    assert rec["config"]["zero_stage"] == stage
     diffs = [abs(a - b) for a, b in zip(tiny_reference["loss_history"], rec["loss_history"], strict=True)]
     print(f"tiny BERT {backend} x2 vs single: max per-step loss difference {max(diffs):.3e}")
     assert len(diffs) == STEPS and max(diffs) < fairness.LOSS_TOLERANCE

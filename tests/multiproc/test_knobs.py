@@ -97,6 +97,8 @@ def test_one_gradient_exchange_per_optimizer_step_and_half_the_bytes_in_fp16(run
 @pytest.mark.timeout(900)
 def test_compressed_gradients_stay_within_tolerance_of_uncompressed(runs):
     backend, r = runs
+    if not {"fp16", "bf16"} & set(r):
+        pytest.skip(f"{backend} hands its library the native backend's setting, checked there (`runs`)")
     for k in ("fp16", "bf16"):
         if k not in r:
             continue
