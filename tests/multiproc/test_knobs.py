@@ -33,20 +33,28 @@ def single_runs(mnist_run):
     return {name: mnist_run("single", 1, *SETTINGS[name]) for name in ("acc1", "acc2")}
 
 
+# Accelerate's FSDP and DeepSpeed plugins hand their library the native backend's own compression setting
+# (fsdp.mixed_precision_policy, deepspeed's ds_config communication_data_type): fsdp's and deepspeed's runs check it;
+# their accumulation, whose boundary Accelerate marks, is checked here
+PLUGINS = ("accelerate-fsdp", "accelerate-deepspeed")
+COMPRESSING = tuple(b for b in DISTRIBUTED if b not in PLUGINS)
+
+
+def settings(backend: str) -> list[str]:
+    """The SETTINGS one backend runs: horovod refuses bf16; the sharding backends' bf16 is the same reduce_dtype as
+    their fp16, and accelerate's the same DDP communication hook as ddp's (bf16_compress_hook): one format suffices
+    for each of them; the plugins' compression is the native backend's (PLUGINS)."""
+    if backend in PLUGINS:
+        return ["acc1", "acc2"]
+    return [n for n in SETTINGS if not (n == "bf16" and backend != "ddp")]
+
+
 @pytest.fixture(scope="module", params=DISTRIBUTED)
 def runs(request, mnist_run):
     """Every setting of one backend at world size 2 (bf16 is refused by Horovod: see its test). The plain run
     (acc1) is the one test_equivalence.py compares with single."""
     backend = request.param
-    # horovod refuses bf16; the sharding backends' bf16 is the same reduce_dtype as their fp16, and accelerate's the
-    # same DDP communication hook as ddp's (bf16_compress_hook): one format suffices for each of them. Accelerate's
-    # FSDP and DeepSpeed plugins hand their library the native backend's own setting (fsdp.mixed_precision_policy,
-    # deepspeed's ds_config communication_data_type): fsdp's and deepspeed's runs check it; their accumulation,
-    # whose boundary Accelerate marks, is checked here
-    names = [n for n in SETTINGS if not (n == "bf16" and backend != "ddp")]
-    if backend in ("accelerate-fsdp", "accelerate-deepspeed"):
-        names = ["acc1", "acc2"]
-    return backend, {n: mnist_run(backend, 2, *SETTINGS[n]) for n in names}
+    return backend, {n: mnist_run(backend, 2, *SETTINGS[n]) for n in settings(backend)}
 
 
 def _max_diff(a: dict, b: dict, steps: int = STEPS) -> float:
@@ -95,10 +103,9 @@ def test_one_gradient_exchange_per_optimizer_step_and_half_the_bytes_in_fp16(run
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(900)
-def test_compressed_gradients_stay_within_tolerance_of_uncompressed(runs):
-    backend, r = runs
-    if not {"fp16", "bf16"} & set(r):
-        pytest.skip(f"{backend} hands its library the native backend's setting, checked there (`runs`)")
+@pytest.mark.parametrize("backend", COMPRESSING)
+def test_compressed_gradients_stay_within_tolerance_of_uncompressed(mnist_run, backend):
+    r = {n: mnist_run(backend, 2, *SETTINGS[n]) for n in settings(backend)}  # the runs `runs` made (mnist_run's)
     for k in ("fp16", "bf16"):
         if k not in r:
             continue
