@@ -157,7 +157,7 @@ class ZeroEngine:
             t for p in self._engine.module.parameters() for t in (getattr(p, "ds_tensor", None), p) if t is not None
         ]
         masters = [p for group in inner.param_groups for p in group["params"]]  # stage 0: the parameters (counted)
-        states = [v for s in inner.state.values() for v in s.values() if torch.is_tensor(v)]
+        states = held.state_tensors(inner)
         return {
             "params_bytes": held.tensor_bytes(params, counted),
             "grads_bytes": self._grads_bytes,

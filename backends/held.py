@@ -21,10 +21,14 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
+def state_tensors(optimizer) -> list[torch.Tensor]:
+    """The tensors of a torch optimizer's state (Adadelta's two per parameter and its `step`, Adam's, ...)."""
+    return [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+
+
 def held(model: nn.Module, optimizer) -> dict[str, int]:
     """This rank's bytes of parameters, gradients (those that exist now) and optimizer state tensors."""
-    params = list(model.parameters())
-    states = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    params, states = list(model.parameters()), state_tensors(optimizer)
     counted: dict = {}
     return {
         "params_bytes": tensor_bytes([local(p) for p in params], counted),
