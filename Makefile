@@ -11,8 +11,13 @@ setup:
 demo: setup
 	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 2 --max-steps 100 --repeats 5 --out results/demo-$$(date +%Y%m%d-%H%M%S)
 
+# The tiers in two passes: unit and CLI tests (one process each, on 1 core) two at a time, each module on one worker;
+# then the multi-process and Slurm tests alone, one at a time, since each of their runs takes the machine's cores.
+# Both passes run whatever the first gives; the exit status is a failure if either failed.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile tests/unit tests/cli; first=$$?; \
+	$(PY) -m pytest -q tests/multiproc tests/slurm; second=$$?; \
+	exit $$(( first || second ))
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not multiproc"

@@ -43,6 +43,9 @@ write_config() {
     mkdir -p "$dir/state" "$dir/spool/n1" "$dir/spool/n2"
     dd if=/dev/urandom of="$dir/munge.key" bs=1024 count=1 status=none
     chmod 400 "$dir/munge.key"
+    # MinJobAge: `sbatch --wait` polls a job after 2 s, then every 8 and 32 s, unless the job's record may be
+    # purged sooner (MinJobAge, 300 s by default): at 4 s it polls every 2 s, and a job of 20 s ends its sbatch
+    # within 2 s of its end, not at 42 s (measured: `sbatch --wait --wrap "sleep 3"` took 10 s by default, 6 s so)
     cat >"$dir/slurm.conf" <<EOF
 ClusterName=distbench-test
 SlurmctldHost=$host(127.0.0.1)
@@ -68,6 +71,7 @@ SlurmdLogFile=$dir/slurmd-%n.log
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 KillWait=5
+MinJobAge=4
 MessageTimeout=10
 SlurmdTimeout=60
 InactiveLimit=0

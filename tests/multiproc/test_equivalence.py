@@ -6,12 +6,12 @@ import sys
 
 import pytest
 
-from distbench.backends import DISTRIBUTED, REGISTRY
+from distbench.backends import DISTRIBUTED
 from distbench.launching.launch import BIN
 from distbench.records import read_records
 from distbench.training import fairness
 from tests.conftest import EQUIVALENCE_STEPS, MNIST_STEPS
-from tests.helpers import launch, read_record, run_cmd
+from tests.helpers import launch, read_record, run_cmd, started_by
 
 COMMON = ["--no-progress", "--threads", "1"]
 
@@ -95,7 +95,7 @@ def test_backends_follow_the_single_process_optimisation_path(mnist_run, referen
     assert rel_eval < EVAL_LOSS_TOLERANCE
     assert rec["eval_count"] == reference["eval_count"] == 500
     assert rec["world_size"] == 2 and rec["per_rank_batch_size"] == 32
-    assert rec["launcher"] == REGISTRY[backend].launchers[0]
+    assert rec["launcher"] == started_by(backend).name
     assert rec["environment"]["threads_per_process"] == 1
     # each process computes on its own core (the main process on the first it may use)
     available = sorted(os.sched_getaffinity(0))

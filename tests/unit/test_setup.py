@@ -95,6 +95,15 @@ def test_no_pipeline_in_the_setup_ends_early():
     assert offenders == []
 
 
+def test_make_test_runs_every_tier_of_tests():
+    """`make test` names the tiers it runs in its two passes: every folder of tests/ that holds tests is among them,
+    so that a new tier is not left out of the suite without a word."""
+    recipe = re.search(r"^test: setup\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M).group(1)
+    named = set(re.findall(r"\btests/(\w+)", recipe))
+    tiers = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
+    assert tiers and named == tiers
+
+
 @pytest.fixture
 def setup_clone(tmp_path):
     """A checkout of just the set-up (its scripts and pyproject.toml) with its own empty cache, and the venv path it
