@@ -151,13 +151,15 @@ class Backend:
         """Load a state written by `optimizer_state_dict`, in that form."""
         optimizer.load_state_dict(state)
 
-    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> str | None:
         """Where `own_checkpoint` is set: write the library's checkpoint of the model and optimizer under `folder` as
-        `tag` (every rank calls it; all of it is written when it returns)."""
+        `tag` (every rank calls it; all of it is written when it returns). Returns None where the library can resume it
+        at another world size, else why it cannot (kept in checkpoint.pt: training/checkpoint.check_library)."""
         raise NotImplementedError(f"the {self.name} backend keeps whole tensors (own_checkpoint is None)")
 
-    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
-        """Where `own_checkpoint` is set: load what `save_own_checkpoint` wrote as `tag` (every rank calls it)."""
+    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str, written_by: int) -> None:
+        """Where `own_checkpoint` is set: load what `save_own_checkpoint` wrote as `tag` with `written_by` processes,
+        at this world size (every rank calls it)."""
         raise NotImplementedError(f"the {self.name} backend keeps whole tensors (own_checkpoint is None)")
 
     def accumulation(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -101,6 +102,47 @@ def deepspeed_module():
     return deepspeed
 
 
+# what DeepSpeed's universal checkpoint carries of an optimizer's state per parameter (ds_to_universal: Adam's)
+UNIVERSAL_STATE = {"exp_avg", "exp_avg_sq", "step"}
+
+
+def not_universal(engine, stage: int) -> str | None:
+    """None where a run's DeepSpeed checkpoint can be resumed at another world size: at stage 0 every rank writes
+    the whole state; at stages 1-3 through DeepSpeed's universal checkpoint, which carries each parameter's fp32
+    value and Adam's state alone. Else why not, in words."""
+    if stage == 0:
+        return None
+    inner = getattr(engine.optimizer, "optimizer", engine.optimizer)
+    keys = {k for state in inner.state.values() for k in state}
+    if keys <= UNIVERSAL_STATE:
+        return None
+    others = ", ".join(sorted(keys - UNIVERSAL_STATE))
+    return (
+        f"DeepSpeed's universal checkpoint, which reshards ZeRO-{stage}, carries Adam's state alone, not "
+        f"{type(inner).__name__}'s {others}"
+    )
+
+
+def to_universal(tagged: Path, universal: Path) -> None:
+    """DeepSpeed's own converter (deepspeed.checkpoint.ds_to_universal, its users' command) from one tag's ZeRO
+    partitions to a universal checkpoint; its progress lines go to stderr."""
+    from argparse import Namespace
+
+    from deepspeed.checkpoint import ds_to_universal
+
+    args = Namespace(
+        input_folder=str(tagged),
+        output_folder=str(universal),
+        num_extract_workers=1,
+        num_merge_workers=1,
+        keep_temp_folder=False,
+        strict=True,
+        inject_missing_state=True,  # DeepSpeed: Megatron-DeepSpeed writes the state it wants; a plain engine does not
+    )
+    with contextlib.redirect_stdout(sys.stderr):
+        ds_to_universal.main(args)
+
+
 class ZeroEngine:
     """What a backend whose model and optimizer are a DeepSpeed engine (`self._engine`, set in `prepare`) does the
     same way however the engine was made: stage 3's gathered state, DeepSpeed's own checkpoints, the memory its
@@ -175,16 +217,31 @@ class ZeroEngine:
         with deepspeed_module().zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
             return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
-    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+    def save_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> str | None:
         # DeepSpeed: every rank writes its ZeRO partition of the optimizer state (and at stage 3 of the parameters)
         self._engine.save_checkpoint(str(folder), tag=tag)
         self.barrier()  # every rank's files are written before rank 0 commits checkpoint.pt
+        return not_universal(self._engine, self.zero_stage)
 
-    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str, written_by: int) -> None:
+        if written_by != self.world_size and self.zero_stage > 0:
+            tag = self._universal(folder, tag)
         # the scheduler is the loop's (in checkpoint.pt), not the engine's
         path, _ = self._engine.load_checkpoint(str(folder), tag=tag, load_lr_scheduler_states=False)
         if path is None:
             raise UserError(f"DeepSpeed's checkpoint {folder / tag} could not be read; use another --checkpoint-dir")
+
+    def _universal(self, folder: Path, tag: str) -> str:
+        """DeepSpeed's universal checkpoint of `tag` (each parameter's whole fp32 value and Adam state), made once by
+        the main process with DeepSpeed's own converter, which any world size loads; its tag."""
+        universal = f"{tag}-universal"
+        if self.is_main and not (folder / universal / "zero").is_dir():
+            to_universal(folder / tag, folder / universal)
+        self.barrier()
+        # DeepSpeed: what its users set in ds_config ("checkpoint": {"load_universal": true}) to load one; the
+        # engine reads it at load_checkpoint, so it is set for this load only
+        self._engine._config.load_universal_checkpoint = True
+        return universal
 
     def gradient_all_reduce(self, t: torch.Tensor) -> None:
         raise NotImplementedError("commbench times the all-reducing libraries; DeepSpeed's collectives: issue 36")

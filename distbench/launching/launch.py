@@ -143,25 +143,35 @@ class Horovodrun(Launcher):
 
 class DeepSpeedLaunch(Launcher):
     """deepspeed: DeepSpeed's own launcher; on one machine `--num_gpus N` processes (on a CPU, --num_gpus counts
-    processes), each told torch's variables and its own (process.py)."""
+    processes), each told torch's variables and its own (process.py). On several, its launch on each node by itself
+    (--no_ssh) with the node's rank, every node reading the same hostfile (`hostfile`: its path)."""
 
     name = process.DEEPSPEED
     several_nodes_note = "(on node R, without ssh; `hostfile` lists each node: `host1 slots=4`)"
+
+    def __init__(self, hostfile: str = "hostfile"):
+        self.hostfile = hostfile
 
     def commands(self, program, nprocs, hosts=None, port=None):
         # DeepSpeed: --no_local_rank, or it appends --local_rank=N to the program's arguments
         runner = ["deepspeed", "--num_gpus", str(nprocs), "--no_local_rank"]
         if not hosts:
-            return [[*runner, *_module_or_script(program)]]
+            return [[*runner, *module_or_script(program)]]
         meet = ["--master_addr", hosts[0], "--master_port", str(port)]
         if len(hosts) == 1:
-            return [[*runner, *meet, *_module_or_script(program)]]
-        # several nodes: DeepSpeed's launch on each node by itself (--no_ssh), its rank in the hostfile's order
-        per_node = [*runner, "--hostfile", "hostfile", "--no_ssh", *meet]
-        return [[*per_node, "--node_rank", str(i), *_module_or_script(program)] for i in range(len(hosts))]
+            return [[*runner, *meet, *module_or_script(program)]]
+        # DeepSpeed: with --no_ssh the hostfile's names only key each node's slots (its world_info); the workers
+        # meet at --master_addr, so a node's name need not resolve
+        per_node = [*runner, "--hostfile", self.hostfile, "--no_ssh", *meet]
+        return [[*per_node, "--node_rank", str(i), *module_or_script(program)] for i in range(len(hosts))]
 
 
-def _module_or_script(program: Program) -> list[str]:
+def hostfile_lines(names: list[str], nprocs: int | str) -> str:
+    """A DeepSpeed hostfile: each node's name and its processes (`slots`), in node-rank order."""
+    return "".join(f"{name} slots={nprocs}\n" for name in names)
+
+
+def module_or_script(program: Program) -> list[str]:
     """What follows `deepspeed`'s own options: the script and its arguments, or `--module pkg.mod ARGS`."""
     return ["--module", *program[1:]] if program[0] == "-m" else list(program)
 

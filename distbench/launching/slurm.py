@@ -12,7 +12,11 @@ allocation's first K nodes:
 - `accelerate launch` on every node, each with its own machine rank, which the node's shell fills in
   (`--machine_rank $SLURM_NODEID`, escaped so that it is not expanded where the step is written);
 - horovodrun once, on the first node, with `-H` built from the allocation's nodes: on a real cluster it starts the
-  other nodes' processes over ssh, as Horovod documents, so ssh between the nodes must work.
+  other nodes' processes over ssh, as Horovod documents, so ssh between the nodes must work;
+- `deepspeed` on every node without ssh (`--no_ssh --node_rank $SLURM_NODEID`), each node writing the same hostfile
+  of the allocation's nodes to its own temporary folder first (no shared storage needed), meeting at the first
+  node (DeepSpeed's `--launcher slurm` form starts srun itself from one node instead; the per-node form is the one
+  that needs neither ssh nor a second scheduler call).
 
 HEAD is the first node's address as Slurm knows it (`scontrol show node`: NodeAddr), which is how a job finds its
 peers on any cluster. Nothing here runs a step: it reads the allocation and writes commands.
@@ -27,7 +31,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from distbench.errors import UserError
-from distbench.launching.launch import ACCELERATE, HOROVODRUN, PYTHON, SRUN, TORCHRUN, Launcher
+from distbench.launching.launch import (
+    ACCELERATE,
+    DEEPSPEED,
+    HOROVODRUN,
+    PYTHON,
+    SRUN,
+    TORCHRUN,
+    Launcher,
+    module_or_script,
+)
 from distbench.process import LOOPBACK
 
 SRUN_KILL = ["--kill-on-bad-exit=1"]  # a task that fails ends its step: the other nodes do not wait on it
@@ -153,6 +166,19 @@ def accelerate_step(alloc: Allocation, program: list[str], nodes: int, nprocs: i
     return [*step(nodes, 1, name), "bash", "-c", "exec " + line]
 
 
+def deepspeed_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str) -> list[str]:
+    # DeepSpeed: each node's rank is its own SLURM_NODEID and its hostfile a copy of its own (node-local; on nodes
+    # sharing a folder, one file per node), both filled in by the node's shell, not here, and removed when it ends
+    hostfile = '"${TMPDIR:-/tmp}/distbench-hostfile-$SLURM_JOB_ID.$SLURM_STEP_ID.$SLURM_NODEID"'
+    names = " ".join(map(shlex.quote, alloc.nodes[:nodes]))
+    launch = ["deepspeed", "--num_gpus", str(nprocs), "--no_local_rank", "--no_ssh", "--master_addr", alloc.addrs[0]]
+    launch += ["--master_port", str(port)]
+    own = f'--hostfile {hostfile} --node_rank "$SLURM_NODEID"'
+    write = f"printf '%s slots={nprocs}\\n' {names} > {hostfile}"
+    run = f"{' '.join(map(shlex.quote, launch))} {own} {' '.join(map(shlex.quote, module_or_script(program)))}"
+    return [*step(nodes, 1, name), "bash", "-c", f"trap 'rm -f {hostfile}' EXIT; {write} && {run}"]
+
+
 def horovod_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, name: str) -> list[str]:
     # Horovod: one horovodrun on the first node; it starts every node's processes (over ssh on a real cluster)
     slots = ",".join(f"{host}:{nprocs}" for host in alloc.horovod_hosts(nodes))
@@ -178,6 +204,8 @@ def launch_step(
         return accelerate_step(alloc, program, nodes, nprocs, port, name)
     if launcher is HOROVODRUN:
         return horovod_step(alloc, program, nodes, nprocs, name)
+    if launcher is DEEPSPEED:
+        return deepspeed_step(alloc, program, nodes, nprocs, port, name)
     if launcher in (SRUN, PYTHON):  # one process: a step of one task on the first node
         return srun_step(program, nodes, nprocs, name)
     raise UserError(f"{launcher.name} has no Slurm form here")

@@ -2,7 +2,8 @@
 
 A multi-node job on one host is started with each library's real multi-node launcher form: K torchrun agents
 meeting at a c10d rendezvous, K `accelerate launch` with --num_machines/--machine_rank, one horovodrun with K
-host names that resolve to this machine (Horovod runs a host whose address is local without ssh). What makes
+host names that resolve to this machine (Horovod runs a host whose address is local without ssh), K `deepspeed`
+launches with --no_ssh and each its --node_rank, reading one hostfile (`deepspeed_hostfile`). What makes
 it a stand-in for K machines is the cores: without a share each, every simulated node believes it has the whole
 machine (threads per process = all cores / its local processes) and the nodes' threads fight for the same cores
 (measured here, MNIST x2 on 2 cores: 2,027 samples/s for two torchrun agents, 184 for horovodrun, against about
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import os
 import shlex
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from distbench.errors import UserError
 from distbench.launching.affinity import pin_threads
-from distbench.launching.launch import DEEPSPEED, HOROVODRUN, Launcher
+from distbench.launching.launch import DEEPSPEED, HOROVODRUN, DeepSpeedLaunch, Launcher, hostfile_lines
 from distbench.process import LOOPBACK, LaunchEnv, free_port
 
 NODE_CORES_ENV = "DISTBENCH_NODE_CORES"
@@ -87,11 +90,6 @@ def confine(launch: LaunchEnv, env: Mapping[str, str] = os.environ) -> tuple[int
 def hosts(launcher: Launcher, nodes: int) -> list[str]:
     """The host names of `nodes` simulated nodes for this launcher: loopback for the agents' rendezvous; for
     horovodrun, distinct names (it counts hosts by name) that it runs locally."""
-    if launcher is DEEPSPEED and nodes > 1:
-        raise UserError(
-            f"--nodes {nodes}: the deepspeed launcher's several-node form (a hostfile, each node launched with "
-            "--no_ssh) is not simulated yet; run the deepspeed backend on one node"
-        )
     if launcher is not HOROVODRUN:
         return [LOOPBACK] * nodes
     if nodes > len(HOROVOD_LOCAL_HOSTS):
@@ -125,6 +123,8 @@ def node_launch(
     and `inside(i, cmd)` (each node's network namespace) around it when given. horovodrun, one command for every
     node, runs on the first."""
     sim = SimulatedNodes.split(nodes)
+    if launcher is DEEPSPEED:
+        launcher = DeepSpeedLaunch(str(deepspeed_hostfile(nodes, nprocs)))
     commands = launcher.commands(program, nprocs, addrs or hosts(launcher, nodes), free_port())
     if len(commands) == nodes:  # one agent per node: the agent (and so its workers) starts on the node's cores
         pairs = zip(commands, sim.node_cores, strict=True)
@@ -132,6 +132,20 @@ def node_launch(
     if inside is not None:
         commands = [inside(i, cmd) for i, cmd in enumerate(commands)]
     return NodeLaunch(commands, {NODE_CORES_ENV: sim.env_value()})
+
+
+def deepspeed_hostfile(nodes: int, nprocs: int) -> Path:
+    """The hostfile of `nodes` simulated nodes of `nprocs` processes each (node0, node1, ...: names that only key each
+    node's slots under --no_ssh), written once in this machine's temporary folder, which every simulated node
+    shares; the same job always reads the same file."""
+    path = Path(tempfile.gettempdir()) / "distbench-deepspeed" / f"hostfile-{nodes}x{nprocs}"
+    text = hostfile_lines([f"node{i}" for i in range(nodes)], nprocs)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}")
+        partial.write_text(text)
+        partial.replace(path)  # whole or not at all, whoever else writes it
+    return path
 
 
 def describe(launch: LaunchEnv, gathered: list[tuple[int, list[int]]], env: Mapping[str, str] = os.environ) -> dict:

@@ -113,8 +113,8 @@ def load(path: Path, config: dict, world_size: int, library: str | None = None) 
 
 
 def check_library(path: Path, state: dict, world_size: int, library: str | None) -> None:
-    """That a backend resumes the form it writes: whole tensors, or its library's own checkpoint at the world size
-    that wrote it (each rank reads its own partition)."""
+    """That a backend resumes the form it writes: whole tensors, or its library's own checkpoint, at the world size
+    that wrote it (each rank reads its own partition) or, where the library said it can reshard it, at another."""
     writer, written = state["config"].get("backend"), state["library"]
     if written is None and library is not None:
         raise UserError(
@@ -126,9 +126,11 @@ def check_library(path: Path, state: dict, world_size: int, library: str | None)
             f"checkpoint {path} is {written['name']}'s own checkpoint (written by --backend {writer}); resume it "
             f"with --backend {writer}, or use another --checkpoint-dir"
         )
-    if written is not None and state["world_size"] != world_size:
+    # written before the library said whether it could reshard: it could not
+    why = written.get("not_reshardable", "its library cannot reshard it") if written is not None else None
+    if written is not None and state["world_size"] != world_size and why is not None:
         raise UserError(
             f"checkpoint {path} is {written['name']}'s own checkpoint of {state['world_size']} processes, each "
-            f"holding its partition; this run has {world_size} (resuming at another world size through its "
-            "universal checkpoint is not supported yet); run with the same number or use another --checkpoint-dir"
+            f"holding its partition; this run has {world_size}, and {why}; run with {state['world_size']} or use "
+            "another --checkpoint-dir"
         )

@@ -189,14 +189,14 @@ class Checkpointer:
             model = backend.model_state_dict(parts.model)
             return model, backend.optimizer_state_dict(parts.model, parts.optimizer), None
         library = {"name": backend.own_checkpoint, "tag": f"step{step}"}
-        backend.save_own_checkpoint(parts.model, self.library_dir, library["tag"])
+        library["not_reshardable"] = backend.save_own_checkpoint(parts.model, self.library_dir, library["tag"])
         return {}, {}, library
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         """The model and optimizer as `save` left them (on every rank)."""
         backend, parts = self.backend, self.parts
         if ckpt.library is not None:
-            backend.load_own_checkpoint(parts.model, self.library_dir, ckpt.library["tag"])
+            backend.load_own_checkpoint(parts.model, self.library_dir, ckpt.library["tag"], ckpt.world_size)
             return
         backend.load_model_state_dict(parts.model, ckpt.model)
         backend.load_optimizer_state_dict(parts.model, parts.optimizer, ckpt.optimizer)

@@ -32,10 +32,8 @@ STEPS = 10
 
 TINY = [
     *COMMON,
-    *"--model tiny-random --dropout 0 --max-steps".split(),
+    *"--model tiny-random --dropout 0 --batch-size 16 --max-steps".split(),
     str(STEPS),
-    "--batch-size",
-    "16",
     "--max-length",
     "64",
 ]
@@ -87,3 +85,28 @@ def test_bf16_autocast_runs_on_cpu(tmp_path, mini_mr):
     )
     rec = read_record(out)
     assert rec["precision"] == "bf16" and all(torch.isfinite(torch.tensor(rec["loss_history"])))
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(400)
+def test_a_zero2_checkpoint_resumes_at_another_world_size_through_deepspeeds_universal_checkpoint(
+    tmp_path, mini_mr, tiny_reference
+):
+    """The tiny BERT (AdamW, whose state DeepSpeed's universal checkpoint carries) under deepspeed ZeRO-2 at x2,
+    checkpointed half way and killed a step later; then resumed at x1 from that checkpoint, converted by DeepSpeed's
+    own ds_to_universal and loaded as its users load one. The whole run follows the single process (within
+    fairness.LOSS_TOLERANCE, as every x2 run does), the learning rate schedule included."""
+    half, ckpt, out = STEPS // 2, tmp_path / "ckpt", tmp_path / "r.json"
+    args = [*TINY, "--zero-stage", "2", "--data-dir", str(mini_mr), "--timeout-s", "60", "--output", str(out)]
+    args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(half)]
+    fault = child_env(tmp_path, DISTBENCH_FAULT=f"kill:1:{half + 1}")
+    killed = run_cmd(launch("deepspeed", 2, args), timeout=240, env=fault, expect_rc=None)
+    assert killed.returncode != 0 and not out.exists()
+    proc = run_in(tmp_path, launch("deepspeed", 1, args), timeout=300)
+    assert f"at step {half}" in proc.stderr and "Convert DeepSpeed Checkpoint to Universal Checkpoint" in proc.stderr
+    assert [p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()] == [f"step{STEPS}"]  # the converted pruned
+    b = read_record(out)
+    assert (b["world_size"], b["resumed_from_step"], len(b["loss_history"])) == (1, half, STEPS)
+    diffs = [abs(x - y) for x, y in zip(tiny_reference["loss_history"], b["loss_history"], strict=True)]
+    print(f"tiny BERT deepspeed ZeRO-2 x2 then x1 vs single: max per-step loss difference {max(diffs):.3e}")
+    assert max(diffs) < fairness.LOSS_TOLERANCE and b["eval_count"] == MINI_TEST_COUNT

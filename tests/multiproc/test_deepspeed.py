@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from distbench.launching.launch import DEEPSPEED
+from distbench.launching.launch import DEEPSPEED, PYTHON
 from distbench.training import fairness
 from tests.conftest import EQUIVALENCE_STEPS
-from tests.helpers import child_env, launch, py, read_record, run_cmd, run_in
+from tests.helpers import assert_one_line_error, child_env, launch, py, read_record, run_cmd, run_in
 
 STAGES = (1, 2, 3)
 # what the sweep's runs are given; the resumed runs below are given the same, so that they are the same runs
@@ -127,3 +127,7 @@ def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_p
     assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == [
         f"step{2 * every}"
     ]  # the older pruned
+    # at another world size: DeepSpeed's universal checkpoint would drop Adadelta's state (test_bert: AdamW's resumes)
+    at_one = [*args[: args.index("--output")], "--output", str(tmp_path / "one.json")]
+    other = run_cmd(launch("deepspeed", 1, at_one, PYTHON), timeout=120, env=child_env(tmp_path), expect_rc=2)
+    assert_one_line_error(other, "this run has 1, and DeepSpeed's universal checkpoint", "not Adadelta's acc_delta")

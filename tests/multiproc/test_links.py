@@ -66,14 +66,15 @@ def test_commbench_times_every_library_across_per_node_links(tmp_path):
     assert not node_namespaces()
 
 
-LAUNCHERS = ["ddp", "accelerate", "horovod"]  # a backend started by each launcher
+LAUNCHERS = ["ddp", "accelerate", "horovod", "deepspeed"]  # a backend started by each launcher
 
 
 @pytest.mark.timeout(600)
 def test_compare_trains_every_library_on_per_node_links(tmp_path, mnist_run):
     """Each launcher's multi-node form on 2 simulated nodes x 1 process, each node in its own namespace behind a
     1 Gbit/s link (torchrun: ddp; accelerate launch: accelerate; horovodrun: horovod, which enters the nodes its own
-    way; fsdp and accelerate-fsdp start as ddp and accelerate do): each reproduces its own 1 node x 2 run
+    way; deepspeed: a launch per node without ssh, from one hostfile; fsdp and accelerate-fsdp start as ddp and
+    accelerate do, accelerate-deepspeed as accelerate): each reproduces its own 1 node x 2 run
     (mnist_run's first steps: the same batch, dropout off), with each rank on its node's cores, and each record's link
     as its processes found their namespace (the sweep fails a run whose link is not the planned one). (test_nodes
     checks the same without a link, for ddp.)"""

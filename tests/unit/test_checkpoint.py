@@ -39,8 +39,14 @@ def test_every_generator_is_captured_and_restored(monkeypatch):
         (None, 2, "deepspeed", "holds whole tensors (written by --backend ddp); this backend resumes only"),
         ({"name": "deepspeed", "tag": "step10"}, 2, None, "resume it with --backend deepspeed"),
         ({"name": "deepspeed", "tag": "step10"}, 4, "deepspeed", "own checkpoint of 2 processes, each holding"),
+        (
+            {"name": "deepspeed", "tag": "step10", "not_reshardable": "its universal checkpoint carries Adam's"},
+            4,
+            "deepspeed",
+            "this run has 4, and its universal checkpoint carries Adam's; run with 2",
+        ),
     ],
-    ids=["tensors-to-library", "library-to-tensors", "other-world-size"],
+    ids=["tensors-to-library", "library-to-tensors", "other-world-size", "not-reshardable"],
 )
 def test_a_backend_resumes_only_the_checkpoint_form_it_writes(written, world_size, library, fragment):
     from pathlib import Path
@@ -52,3 +58,13 @@ def test_a_backend_resumes_only_the_checkpoint_form_it_writes(written, world_siz
     with pytest.raises(UserError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
         check_library(Path("ckpt/checkpoint.pt"), state, world_size, library)
     check_library(Path("ckpt/checkpoint.pt"), state, 2, None if written is None else "deepspeed")  # its own: fine
+
+
+def test_a_library_checkpoint_it_can_reshard_resumes_at_another_world_size():
+    from pathlib import Path
+
+    from distbench.training.checkpoint import check_library
+
+    written = {"name": "deepspeed", "tag": "step10", "not_reshardable": None}
+    state = {"config": {"backend": "deepspeed"}, "library": written, "world_size": 2}
+    check_library(Path("ckpt/checkpoint.pt"), state, 1, "deepspeed")  # no error

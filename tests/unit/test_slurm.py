@@ -4,7 +4,7 @@ import pytest
 
 from distbench.errors import UserError
 from distbench.launching import slurm
-from distbench.launching.launch import ACCELERATE, HOROVODRUN, SRUN, TORCHRUN
+from distbench.launching.launch import ACCELERATE, DEEPSPEED, HOROVODRUN, SRUN, TORCHRUN
 from distbench.process import LaunchEnv
 
 ALLOC = slurm.Allocation("42", ("n1", "n2", "n3"), ("10.0.0.1", "10.0.0.2", "10.0.0.3"))
@@ -49,6 +49,12 @@ def test_each_library_has_its_slurm_launch_line():
     assert acc[-3:-1] == ["bash", "-c"] and acc[-1].startswith("exec accelerate launch --multi_gpu --num_processes 8")
     # the machine rank is left for each node's shell to fill in, not expanded where the step is written
     assert '--machine_rank "$SLURM_NODEID"' in acc[-1] and "--main_process_ip 10.0.0.1" in acc[-1]
+    ds = slurm.launch_step(DEEPSPEED, ALLOC, PROGRAM, 2, 4, 29400, "s")
+    assert ds[:7] == torch[:7] and ds[-3:-1] == ["bash", "-c"]
+    # each node writes the allocation's hostfile for itself and passes its own rank, both left for its shell
+    assert "printf '%s slots=4\\n' n1 n2 > \"${TMPDIR:-/tmp}/distbench-hostfile-$SLURM_JOB_ID." in ds[-1]
+    assert '--no_ssh --master_addr 10.0.0.1 --master_port 29400 --hostfile "' in ds[-1]
+    assert '--node_rank "$SLURM_NODEID"' in ds[-1]
     hvd = slurm.launch_step(HOROVODRUN, ALLOC, PROGRAM, 2, 4, 29400, "s")
     assert hvd[:3] == ["srun", "--nodes", "1"] and hvd[hvd.index("--nodelist") + 1] == "n1"
     assert hvd[hvd.index("horovodrun") :][:5] == ["horovodrun", "-np", "8", "-H", "10.0.0.1:4,10.0.0.2:4"]

@@ -5,7 +5,7 @@ import pytest
 
 from distbench.errors import UserError
 from distbench.launching import link, topology
-from distbench.launching.launch import ACCELERATE, HOROVODRUN, TORCHRUN
+from distbench.launching.launch import ACCELERATE, DEEPSPEED, HOROVODRUN, TORCHRUN
 
 
 def test_nodes_get_disjoint_equal_shares_of_the_cores():
@@ -16,7 +16,7 @@ def test_nodes_get_disjoint_equal_shares_of_the_cores():
         topology.SimulatedNodes.split(3, [0, 1])
 
 
-@pytest.mark.parametrize("launcher,agents", [(TORCHRUN, 2), (ACCELERATE, 2), (HOROVODRUN, 1)])
+@pytest.mark.parametrize("launcher,agents", [(TORCHRUN, 2), (ACCELERATE, 2), (HOROVODRUN, 1), (DEEPSPEED, 2)])
 def test_each_launcher_starts_simulated_nodes_in_its_multi_node_form(launcher, agents):
     started = topology.node_launch(launcher, ["run.py", "--backend", "x"], 2, 1)
     assert len(started.commands) == agents
@@ -24,12 +24,22 @@ def test_each_launcher_starts_simulated_nodes_in_its_multi_node_form(launcher, a
     if agents == 2:  # one agent per node, each under taskset on its own node's cores
         cores = [cmd[2] for cmd in started.commands]
         assert [cmd[0] for cmd in started.commands] == ["taskset", "taskset"] and cores[0] != cores[1]
-        flag = "--nnodes" if launcher is TORCHRUN else "--num_machines"
-        assert all(cmd[cmd.index(flag) + 1] == "2" for cmd in started.commands)
+        flag = {TORCHRUN: "--nnodes", ACCELERATE: "--num_machines", DEEPSPEED: "--node_rank"}[launcher]
+        assert [cmd[cmd.index(flag) + 1] for cmd in started.commands] == (
+            ["0", "1"] if flag == "--node_rank" else ["2"] * 2
+        )
     else:  # one horovodrun, two host names it runs without ssh
         assert "localhost:1,127.0.0.1:1" in started.commands[0]
     with pytest.raises(UserError):
         topology.hosts(HOROVODRUN, 3)
+
+
+def test_deepspeeds_simulated_nodes_read_one_hostfile_of_their_slots():
+    """Every node's `deepspeed --no_ssh` reads the same hostfile, which lists each node's processes in rank order."""
+    started = topology.node_launch(DEEPSPEED, ["run.py", "--backend", "deepspeed"], 2, 3)
+    (hostfile,) = {cmd[cmd.index("--hostfile") + 1] for cmd in started.commands}
+    assert open(hostfile).read() == "node0 slots=3\nnode1 slots=3\n"
+    assert all("--no_ssh" in cmd and cmd[cmd.index("--num_gpus") + 1] == "3" for cmd in started.commands)
 
 
 def test_confine_picks_this_node_and_refuses_a_mismatch(monkeypatch):
