@@ -161,6 +161,9 @@ USER_TASK = textwrap.dedent("""
             x, y = batch
             return super().evaluate(model, (x[1:], y[1:]))  # drops the first sample of every batch
 
+    class RankDependentAndSkipping(RankDependentData, EvalSkipsSamples):
+        pass
+
     class NoEvaluate:
         def __init__(self, cfg):
             pass

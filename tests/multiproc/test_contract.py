@@ -1,4 +1,6 @@
-"""The backend contract on every rank, under each backend's own launcher (tests/scripts/contract.py)."""
+"""The backend contract on every rank, under each backend's own launcher (tests/scripts/contract.py), and under
+torchrun where a backend's users start it so too (deepspeed: every other test starts it under torchrun,
+tests/helpers.QUICKER_LAUNCHER, and test_equivalence checks what it found)."""
 
 import pytest
 
@@ -19,7 +21,6 @@ from tests.helpers import run_in
         ("fsdp", None),
         ("accelerate-fsdp", None),
         ("deepspeed", None),
-        ("deepspeed", TORCHRUN),
         ("accelerate-deepspeed", None),
     ],
     ids=[
@@ -30,7 +31,6 @@ from tests.helpers import run_in
         "fsdp-torchrun",
         "accelerate-fsdp-launch",
         "deepspeed-launcher",
-        "deepspeed-torchrun",
         "accelerate-deepspeed-launch",
     ],
 )

@@ -37,31 +37,33 @@ def test_a_per_node_link_carries_its_rate_each_way_at_once(tmp_path):
 
 @pytest.mark.timeout(400)
 def test_commbench_times_every_library_across_per_node_links(tmp_path):
-    """Each library as is and with its fp16 compression, on CPU ranks also under load. On a 100 Mbit/s link, 4 MiB
-    of float32 gradient sent in 16 bits moves half the bytes: it must take clearly less than sent as is."""
+    """Each library with its fp16 compression, on CPU ranks also under load, on a 100 Mbit/s link per node. 4 MiB of
+    float32 gradient sent in 16 bits moves half the bytes: its bus bandwidth, counted on the 4 MiB as nccl-tests
+    counts it, is about twice the link's rate (measured: 1.9x; well above the link's rate: the compression ran; not
+    far above twice it, the token bucket's burst allowed for: the link carried it). (Uncompressed across a shaped
+    link: test_nodes; each library's bytes on the wire as is and in 16 bits: test_knobs.)"""
     out = tmp_path / "cb"
     cmd = py(
         "run.py commbench --nodes 2 --nprocs 1 --link-rate 100mbit --link-mode per-node --repeats 2 "
-        "--sizes 65536,4194304 --grad-compression none,fp16 --out",
+        "--sizes 65536,4194304 --grad-compression fp16 --out",
         out,
     )
     run_in(tmp_path, cmd, timeout=480)
     recs = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
     assert sorted({r["backend"] for r in recs}) == sorted(ALL_REDUCING)
-    assert len(recs) == len(ALL_REDUCING) * 2 * 2 * 2 and {r["link_mode"] for r in recs} == {"per-node"}
+    assert len(recs) == len(ALL_REDUCING) * 2 * 2 and {r["link_mode"] for r in recs} == {"per-node"}
     assert all(r["loaded_time_s"] > 0 and r["loaded_cpu_s"] == r["loaded_cpu_s"] for r in recs)  # measured
     rows = list(csv.DictReader((out / "summary.csv").open()))
-    big = {(r["backend"], r["grad_compression"]): r for r in rows if int(r["size_bytes"]) == 4194304}
-    for backend in ALL_REDUCING:  # a 4 MiB ring all-reduce at 2 ranks: 4 MiB over each link
-        plain, half = big[backend, "none"], big[backend, "fp16"]
-        print(backend, float(plain["busbw_Bps"]) / 1e6, "MB/s;", "fp16", float(half["time_s"]) / float(plain["time_s"]))
-        assert 0.6 * 12.5e6 < float(plain["busbw_Bps"]) < 1.05 * 12.5e6
-        assert float(half["time_s"]) < 0.75 * float(plain["time_s"])
+    big = {r["backend"]: r for r in rows if int(r["size_bytes"]) == 4194304 and r["grad_compression"] == "fp16"}
+    for backend in ALL_REDUCING:  # a 4 MiB ring all-reduce at 2 ranks: 4 MiB over each link, 2 MiB in fp16
+        print(backend, "fp16", float(big[backend]["busbw_Bps"]) / 1e6, "MB/s over a link of 12.5 MB/s")
+        assert 1.3 * 12.5e6 < float(big[backend]["busbw_Bps"]) < 2.3 * 12.5e6, backend
     fit = json.loads((out / "fit.json").read_text(), parse_constant=lambda c: pytest.fail(f"fit.json holds {c}"))
     # two sizes: a line fits any two points, so no fit is called physical (its values null, the reason said)
-    assert set(fit) == set(ALL_REDUCING) and all(f["beta_s_per_byte"] is None for f in fit.values())
-    assert all(not f["physical"] and f["why"].startswith("2 size(s)") for f in fit.values())
-    assert all("loaded_cpu_beta_s_per_byte" in f and "fp16" in f["compressed"] for f in fit.values())
+    assert set(fit) == set(ALL_REDUCING)
+    half = [f["compressed"]["fp16"] for f in fit.values()]
+    assert all(f["beta_s_per_byte"] is None and "loaded_cpu_beta_s_per_byte" in f for f in half)
+    assert all(not f["physical"] and f["why"].startswith("2 size(s)") for f in half)
     assert (out / "commbench.md").is_file() and (out / "busbw.png").is_file()
     assert not node_namespaces()
 

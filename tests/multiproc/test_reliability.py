@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from distbench.launching.launch import ACCELERATE, BIN, TORCHRUN, local_argv, resolve
+from distbench.launching.launch import ACCELERATE, BIN, local_argv, resolve
 from distbench.process import free_port
 from tests.helpers import child_env, launch, read_record, run_cmd
 
@@ -43,9 +43,10 @@ def test_killed_rank_stops_the_job_within_the_timeout(tmp_path, backend):
 
 
 # Launchers that restart the worker group once (--max-restarts 1): torchrun with the c10d rendezvous (the
-# multi-machine form) and with its default static one, and accelerate launch (static, through torchrun's
-# agent). The restarted round must connect at once: the agent keeps one store for all rounds, and the
-# keys of the failed round are still in it (distbench/torchelastic.py).
+# multi-machine form), and accelerate launch, which runs torchrun's agent with its default static rendezvous (the
+# form plain `torchrun --max-restarts` has too: one test of it suffices). The restarted round must connect at once:
+# the agent keeps one store for all rounds, and the keys of the failed round are still in it
+# (distbench/torchelastic.py).
 def _restarting(launcher, flag: list[str]) -> list[str]:
     """The launcher's local command for 2 processes with the restart flag after the launcher's own name."""
     argv = resolve(local_argv(launcher, [], 2))
@@ -62,7 +63,6 @@ ELASTIC = {
             f"127.0.0.1:{free_port()}",
         ],
     ),
-    "torchrun-static": ("ddp", lambda: _restarting(TORCHRUN, ["--max-restarts=1"])),
     "accelerate-launch": ("accelerate", lambda: _restarting(ACCELERATE, ["--max_restarts", "1"])),
 }
 

@@ -1,11 +1,19 @@
 """Simulated nodes (distbench/launching/topology.py) and the shaped link (distbench/launching/link.py), without
 launching."""
 
+import tempfile
+
 import pytest
 
 from distbench.errors import UserError
 from distbench.launching import link, topology
 from distbench.launching.launch import ACCELERATE, DEEPSPEED, HOROVODRUN, TORCHRUN
+
+
+@pytest.fixture(autouse=True)
+def own_temporary_folder(tmp_path, monkeypatch):
+    """The simulated DeepSpeed nodes' hostfile is written in the temporary folder: the test's own here."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 def test_nodes_get_disjoint_equal_shares_of_the_cores():
