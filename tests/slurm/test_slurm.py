@@ -49,9 +49,7 @@ def usual_sweep(slurm_conf, tmp_path_factory):
     tests/multiproc/test_compare.py)."""
     tmp = tmp_path_factory.mktemp("slurm-usual")
     out = tmp / "sweep"
-    cmd = py(
-        f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod,fsdp,deepspeed {SWEEP} --out", out
-    )
+    cmd = py(f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod,deepspeed {SWEEP} --out", out)
     run_cmd(_salloc(*cmd), timeout=900, env=child_env(tmp, SLURM_CONF=str(slurm_conf)))
     return out
 
