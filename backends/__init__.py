@@ -18,7 +18,17 @@ import importlib
 from dataclasses import dataclass
 
 from distbench.errors import BackendUnavailable, UserError
-from distbench.process import ACCELERATE, BY_HAND, DEEPSPEED, HOROVODRUN, PYTHON, SRUN, TORCHRUN, LaunchEnv
+from distbench.process import (
+    ACCELERATE,
+    BY_HAND,
+    DEEPSPEED,
+    FABRIC,
+    HOROVODRUN,
+    PYTHON,
+    SRUN,
+    TORCHRUN,
+    LaunchEnv,
+)
 
 
 @dataclass(frozen=True)
@@ -33,6 +43,8 @@ class BackendSpec:
     distributed: bool = True  # False: one process, no exchange (the reference of speed-up and equivalence)
     exchange: str = "all-reduce"  # how its gradients cross the ranks: all-reduce, reduce-scatter (sharded), or zero
     # (DeepSpeed's ZeRO: by --zero-stage, an all-reduce at 0, reduce-scatters and all-gathers at 1 to 3)
+    compresses: bool = True  # whether its library sends gradients in 16 bits by a mechanism of its own
+    # (--grad-compression; a sweep over it runs the others once, uncompressed)
 
     @property
     def zero_stages(self) -> bool:
@@ -53,6 +65,11 @@ class BackendSpec:
         if not self.distributed and cfg.grad_compression != "none":
             raise UserError(
                 f"--grad-compression {cfg.grad_compression}: the {self.name} backend exchanges no gradients; use none"
+            )
+        if self.distributed and cfg.grad_compression != "none" and not self.compresses:
+            raise UserError(
+                f"--grad-compression {cfg.grad_compression}: the {self.name} backend's library has no gradient "
+                "compression of its own; use none"
             )
         if cfg.zero_stage and not self.zero_stages:
             stages = ", ".join(name for name, spec in REGISTRY.items() if spec.zero_stages)
@@ -121,6 +138,13 @@ REGISTRY: dict[str, BackendSpec] = {
             (ACCELERATE, TORCHRUN, BY_HAND, PYTHON),
             "HuggingFace Accelerate driving DeepSpeed ZeRO (DeepSpeedPlugin), stage --zero-stage 0-3",
             exchange="zero",
+        ),
+        BackendSpec(
+            "fabric",
+            "distbench.backends.fabric_backend:FabricBackend",
+            (FABRIC, TORCHRUN, SRUN, PYTHON),
+            "Lightning Fabric, its DDP strategy (DDPStrategy)",
+            compresses=False,  # Fabric: its DDPStrategy takes no DDP communication hook (Lightning's Trainer's does)
         ),
     )
 }

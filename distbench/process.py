@@ -28,6 +28,7 @@ HOROVODRUN = "horovodrun"
 BY_HAND = "env (RANK/WORLD_SIZE)"  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set per process (mpirun, a script)
 SRUN = "srun"  # Slurm's own tasks, one per process
 DEEPSPEED = "deepspeed"  # DeepSpeed's own launcher (deepspeed.launcher.runner, then its launch.py on each node)
+FABRIC = "fabric run"  # Lightning Fabric's own launcher (lightning_fabric.cli: torchrun's agent, static rendezvous)
 
 LOOPBACK = "127.0.0.1"
 
@@ -142,6 +143,9 @@ DETECTION_ORDER = (
         lambda env: "RANK" in env and "CROSS_RANK" in env and "LOCAL_SIZE" in env,
         ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_SIZE", "", "CROSS_RANK", "CROSS_SIZE"),
     ),
+    # Fabric: `fabric run` runs torchrun's agent in its own process (torchrun's variables) after setting its own
+    # LT_* variables, which the Fabric object reads (lightning_fabric/cli.py)
+    Told(FABRIC, lambda env: "RANK" in env and "LT_CLI_USED" in env),
     Told(TORCHRUN, lambda env: "TORCHELASTIC_RUN_ID" in env),
     Told(BY_HAND, lambda env: "RANK" in env and "WORLD_SIZE" in env),
     Told(

@@ -1,9 +1,9 @@
 """Launchers: how processes are started, one node or several.
 
-One `Launcher` per launcher (plain python, torchrun, accelerate launch, horovodrun, variables set by hand, srun's
-own tasks). Each builds its real command lines (one node or several). The help text (`run.py --help`) and the
-commands that `compare`, the benchmarks and the tests run come from the same `commands()`: the help leaves out the
-loopback rendezvous that a local run adds, and writes placeholders where a user fills in numbers.
+One `Launcher` per launcher (plain python, torchrun, accelerate launch, horovodrun, deepspeed, fabric run, variables
+set by hand, srun's own tasks). Each builds its real command lines (one node or several). The help text (`run.py
+--help`) and the commands that `compare`, the benchmarks and the tests run come from the same `commands()`: the help
+leaves out the loopback rendezvous that a local run adds, and writes placeholders where a user fills in numbers.
 
 What a launcher tells the processes it starts, and reading it (`LaunchEnv`, `current()`), is the core's
 (distbench/process.py), so that the backends, below launching, can use it; a launcher here carries the name that
@@ -13,6 +13,7 @@ module gives it. No distributed library is imported here.
 from __future__ import annotations
 
 import ipaddress
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -38,6 +39,7 @@ class Launcher:
 
     name: str = ""  # the launcher's name (distbench/process.py), as the registry lists it and the record keeps it
     several_nodes_note: str = ""  # how the several-node command is used, for the help text
+    in_slurm_step: bool = True  # whether it runs inside a Slurm job step (launching/slurm.py); if not: srun's tasks
 
     def commands(
         self, program: Program, nprocs: int | str, hosts: list[str] | None = None, port: int | str | None = None
@@ -46,6 +48,37 @@ class Launcher:
         `hosts` (None: the launcher's own defaults, as the help shows them), meeting at `port` on the first host.
         `nprocs` may be a placeholder ("N") where only the form is shown."""
         raise NotImplementedError
+
+
+class PerNode(Launcher):
+    """A launcher started once on every node, each told its node's rank (accelerate launch, deepspeed, fabric run):
+    `commands` for several hosts is `node_command` for each rank; a Slurm job step runs `node_command` once per node
+    with the rank its shell expands (launching/slurm.py)."""
+
+    def commands(self, program, nprocs, hosts=None, port=None):
+        if not hosts or len(hosts) == 1:
+            return [self.one_node(program, nprocs, hosts[0] if hosts else None, port)]
+        return [self.node_command(program, nprocs, hosts, port, str(rank)) for rank in range(len(hosts))]
+
+    def one_node(self, program: Program, nprocs: int | str, host: str | None, port: int | str | None) -> list[str]:
+        """The command on one machine, meeting at `host`:`port` (None: the launcher's defaults)."""
+        raise NotImplementedError
+
+    def node_command(
+        self, program: Program, nprocs: int | str, hosts: list[str], port: int | str, node_rank: str
+    ) -> list[str]:
+        """The command on the node of rank `node_rank` (a number, or a word the node's shell expands: ShellWord) of
+        `hosts`, meeting at `port` on the first."""
+        raise NotImplementedError
+
+
+class ShellWord(str):
+    """A command's argument that the shell running it expands ("$SLURM_NODEID"): written unquoted (`shell_line`)."""
+
+
+def shell_line(argv: list[str]) -> str:
+    """`argv` as one shell line: every argument quoted but ShellWords."""
+    return " ".join(word if isinstance(word, ShellWord) else shlex.quote(word) for word in argv)
 
 
 class Python(Launcher):
@@ -89,40 +122,26 @@ def _rendezvous_host(hosts: list, i: int) -> list[str]:
     return ["--rdzv-conf", f"is_host={int(i == 0)}", "--local-addr", hosts[i]] if distinct and addresses else []
 
 
-class AccelerateLaunch(Launcher):
+class AccelerateLaunch(PerNode):
     """accelerate launch: one per node, each with its machine rank (it runs torchrun's agent)."""
 
     name = process.ACCELERATE
     several_nodes_note = "(on machine R: --machine_rank R)"
+    # Accelerate: the precision and compiler settings are given, so a user's `accelerate config` file cannot change
+    # what is compared.
+    FIXED = ("--mixed_precision", "no", "--dynamo_backend", "no")
 
-    def commands(self, program, nprocs, hosts=None, port=None):
-        nodes = len(hosts or [None])
-        if nodes == 1 and nprocs in (1, "1"):
-            return [["python", *program]]  # accelerate launch with one process is plain python
-        total = str(nprocs) if nodes == 1 else str(int(nprocs) * nodes)  # --num_processes counts all nodes
-        # Accelerate: the precision and compiler settings are given, so a user's `accelerate config` file
-        # cannot change what is compared.
-        fixed = ["--mixed_precision", "no", "--dynamo_backend", "no"]
-        if not hosts:
-            return [["accelerate", "launch", "--multi_gpu", "--num_processes", total, *fixed, *program]]
-        rendezvous = ["--main_process_ip", hosts[0], "--main_process_port", str(port)]
-        return [
-            [
-                "accelerate",
-                "launch",
-                "--multi_gpu",
-                "--num_processes",
-                total,
-                "--num_machines",
-                str(nodes),
-                "--machine_rank",
-                str(rank),
-                *fixed,
-                *rendezvous,
-                *program,
-            ]
-            for rank in range(nodes)
-        ]
+    def one_node(self, program, nprocs, host, port):
+        if nprocs in (1, "1"):
+            return ["python", *program]  # accelerate launch with one process is plain python
+        meet = ["--main_process_ip", host, "--main_process_port", str(port)] if host else []
+        return ["accelerate", "launch", "--multi_gpu", "--num_processes", str(nprocs), *self.FIXED, *meet, *program]
+
+    def node_command(self, program, nprocs, hosts, port, node_rank):
+        total = str(int(nprocs) * len(hosts))  # --num_processes counts every node's
+        several = ["--num_processes", total, "--num_machines", str(len(hosts)), "--machine_rank", node_rank]
+        meet = ["--main_process_ip", hosts[0], "--main_process_port", str(port)]
+        return ["accelerate", "launch", "--multi_gpu", *several, *self.FIXED, *meet, *program]
 
 
 class Horovodrun(Launcher):
@@ -141,7 +160,7 @@ class Horovodrun(Launcher):
         return [["horovodrun", "-np", total, "-H", slots, "python", *program]]
 
 
-class DeepSpeedLaunch(Launcher):
+class DeepSpeedLaunch(PerNode):
     """deepspeed: DeepSpeed's own launcher; on one machine `--num_gpus N` processes (on a CPU, --num_gpus counts
     processes), each told torch's variables and its own (process.py). On several, its launch on each node by itself
     (--no_ssh) with the node's rank, every node reading the same hostfile (`hostfile`: its path)."""
@@ -152,18 +171,17 @@ class DeepSpeedLaunch(Launcher):
     def __init__(self, hostfile: str = "hostfile"):
         self.hostfile = hostfile
 
-    def commands(self, program, nprocs, hosts=None, port=None):
+    def one_node(self, program, nprocs, host, port):
         # DeepSpeed: --no_local_rank, or it appends --local_rank=N to the program's arguments
-        runner = ["deepspeed", "--num_gpus", str(nprocs), "--no_local_rank"]
-        if not hosts:
-            return [[*runner, *module_or_script(program)]]
-        meet = ["--master_addr", hosts[0], "--master_port", str(port)]
-        if len(hosts) == 1:
-            return [[*runner, *meet, *module_or_script(program)]]
+        meet = ["--master_addr", host, "--master_port", str(port)] if host else []
+        return ["deepspeed", "--num_gpus", str(nprocs), "--no_local_rank", *meet, *module_or_script(program)]
+
+    def node_command(self, program, nprocs, hosts, port, node_rank):
         # DeepSpeed: with --no_ssh the hostfile's names only key each node's slots (its world_info); the workers
         # meet at --master_addr, so a node's name need not resolve
-        per_node = [*runner, "--hostfile", self.hostfile, "--no_ssh", *meet]
-        return [[*per_node, "--node_rank", str(i), *module_or_script(program)] for i in range(len(hosts))]
+        runner = ["deepspeed", "--num_gpus", str(nprocs), "--no_local_rank", "--hostfile", self.hostfile, "--no_ssh"]
+        meet = ["--master_addr", hosts[0], "--master_port", str(port)]
+        return [*runner, *meet, "--node_rank", node_rank, *module_or_script(program)]
 
 
 def hostfile_lines(names: list[str], nprocs: int | str) -> str:
@@ -174,6 +192,35 @@ def hostfile_lines(names: list[str], nprocs: int | str) -> str:
 def module_or_script(program: Program) -> list[str]:
     """What follows `deepspeed`'s own options: the script and its arguments, or `--module pkg.mod ARGS`."""
     return ["--module", *program[1:]] if program[0] == "-m" else list(program)
+
+
+class FabricRun(PerNode):
+    """fabric run: Lightning Fabric's own launcher (lightning_fabric.cli), which runs torchrun's agent with a static
+    rendezvous at --main-address:--main-port; one per node, each with its --node-rank."""
+
+    name = process.FABRIC
+    several_nodes_note = "(on machine R: --node-rank R)"
+    # Fabric: inside a Slurm job step the Fabric object takes Slurm's variables for its own (its SLURMEnvironment is
+    # tried before torchrun's), so the step's one task per node would be its processes; on Slurm, Fabric's users
+    # start one task per process with srun (the backend's SRUN launcher)
+    in_slurm_step = False
+
+    def one_node(self, program, nprocs, host, port):
+        meet = ["--main-address", host, "--main-port", str(port)] if host else []
+        return ["fabric", "run", "--devices", str(nprocs), *meet, *_script_then_args(program)]
+
+    def node_command(self, program, nprocs, hosts, port, node_rank):
+        several = ["--num-nodes", str(len(hosts)), "--node-rank", node_rank]
+        meet = ["--main-address", hosts[0], "--main-port", str(port)]
+        return ["fabric", "run", "--devices", str(nprocs), *several, *meet, *_script_then_args(program)]
+
+
+def _script_then_args(program: Program) -> list[str]:
+    """What follows `fabric run`'s options: the script, then `--` and its arguments (Fabric's CLI would otherwise
+    take the program's --precision for its own). Fabric runs a script by its path only: a module runs through
+    run.py, which runs it as `python -m` does."""
+    script, *args = ["run.py", *program] if program[0] == "-m" else program
+    return [script, "--", *args]
 
 
 class ByHand(Launcher):
@@ -212,7 +259,7 @@ class Srun(Launcher):
         return [["srun", "--nodes", str(nodes), "--ntasks-per-node", str(nprocs), "python", *program]]
 
 
-PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN, DEEPSPEED = (
+PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN, DEEPSPEED, FABRIC = (
     Python(),
     Torchrun(),
     AccelerateLaunch(),
@@ -220,10 +267,11 @@ PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN, DEEPSPEED = (
     ByHand(),
     Srun(),
     DeepSpeedLaunch(),
+    FabricRun(),
 )
 # every launcher by its name: what launching reads of a backend registry entry (distbench/launching/commands.py)
 LAUNCHERS: dict[str, Launcher] = {
-    launcher.name: launcher for launcher in (PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN, DEEPSPEED)
+    launcher.name: launcher for launcher in (PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, BY_HAND, SRUN, DEEPSPEED, FABRIC)
 }
 
 
@@ -235,7 +283,7 @@ def resolve(argv: list[str]) -> list[str]:
     # the launcher, after what a simulated node puts in front of it (`ip netns exec NS`, `taskset -c CORES`)
     start = 4 if argv[0] == "ip" else 0
     start += 3 if argv[start] == "taskset" else 0
-    if argv[start] in ("torchrun", "accelerate", "horovodrun", "deepspeed"):
+    if argv[start] in ("torchrun", "accelerate", "horovodrun", "deepspeed", "fabric"):
         argv[start] = str(BIN / argv[start])
     if argv[0] == "ip":
         argv[0] = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin") or "ip"

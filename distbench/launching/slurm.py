@@ -38,8 +38,11 @@ from distbench.launching.launch import (
     PYTHON,
     SRUN,
     TORCHRUN,
+    DeepSpeedLaunch,
     Launcher,
-    module_or_script,
+    PerNode,
+    ShellWord,
+    shell_line,
 )
 from distbench.process import LOOPBACK
 
@@ -143,39 +146,25 @@ def srun_step(program: list[str], nodes: int, nprocs: int, name: str) -> list[st
     return [*step(nodes, nprocs, name), "python", *program]
 
 
-def accelerate_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str) -> list[str]:
-    # Accelerate: each node's machine rank is its own SLURM_NODEID, expanded by the node's shell, not here
-    launch = [
-        "accelerate",
-        "launch",
-        "--multi_gpu",
-        "--num_processes",
-        str(nodes * nprocs),
-        "--num_machines",
-        str(nodes),
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_ip",
-        alloc.addrs[0],
-        "--main_process_port",
-        str(port),
-    ]
-    line = " ".join(map(shlex.quote, launch)) + ' --machine_rank "$SLURM_NODEID" ' + " ".join(map(shlex.quote, program))
+# each node's rank is its own SLURM_NODEID, expanded by the node's shell, not here
+NODE_ID = ShellWord('"$SLURM_NODEID"')
+
+
+def per_node_step(
+    launcher: PerNode, alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str
+) -> list[str]:
+    """One launcher per node (accelerate launch), each with its node's rank."""
+    line = shell_line(launcher.node_command(program, nprocs, alloc.addrs[:nodes], port, NODE_ID))
     return [*step(nodes, 1, name), "bash", "-c", "exec " + line]
 
 
 def deepspeed_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str) -> list[str]:
-    # DeepSpeed: each node's rank is its own SLURM_NODEID and its hostfile a copy of its own (node-local; on nodes
-    # sharing a folder, one file per node), both filled in by the node's shell, not here, and removed when it ends
-    hostfile = '"${TMPDIR:-/tmp}/distbench-hostfile-$SLURM_JOB_ID.$SLURM_STEP_ID.$SLURM_NODEID"'
+    # DeepSpeed: each node's hostfile is a copy of its own (node-local; on nodes sharing a folder, one file per node),
+    # filled in by the node's shell, not here, and removed when it ends
+    hostfile = ShellWord('"${TMPDIR:-/tmp}/distbench-hostfile-$SLURM_JOB_ID.$SLURM_STEP_ID.$SLURM_NODEID"')
     names = " ".join(map(shlex.quote, alloc.nodes[:nodes]))
-    launch = ["deepspeed", "--num_gpus", str(nprocs), "--no_local_rank", "--no_ssh", "--master_addr", alloc.addrs[0]]
-    launch += ["--master_port", str(port)]
-    own = f'--hostfile {hostfile} --node_rank "$SLURM_NODEID"'
     write = f"printf '%s slots={nprocs}\\n' {names} > {hostfile}"
-    run = f"{' '.join(map(shlex.quote, launch))} {own} {' '.join(map(shlex.quote, module_or_script(program)))}"
+    run = shell_line(DeepSpeedLaunch(hostfile).node_command(program, nprocs, alloc.addrs[:nodes], port, NODE_ID))
     return [*step(nodes, 1, name), "bash", "-c", f"trap 'rm -f {hostfile}' EXIT; {write} && {run}"]
 
 
@@ -201,7 +190,7 @@ def launch_step(
     if launcher is TORCHRUN:
         return torchrun_step(alloc, program, nodes, nprocs, port, name)
     if launcher is ACCELERATE:
-        return accelerate_step(alloc, program, nodes, nprocs, port, name)
+        return per_node_step(launcher, alloc, program, nodes, nprocs, port, name)
     if launcher is HOROVODRUN:
         return horovod_step(alloc, program, nodes, nprocs, name)
     if launcher is DEEPSPEED:

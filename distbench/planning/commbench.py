@@ -83,8 +83,9 @@ class Bench:
     compressions: tuple[str, ...] = ("none",)  # how the gradients travel: as is, or in 16 bits
 
     def configs(self) -> list[SweepConfig]:
-        """One configuration per backend and compression, each launched once per round."""
-        return [
+        """One configuration per backend and compression (uncompressed alone for a library that has none), each
+        launched once per round."""
+        configs = [
             SweepConfig(
                 task="commbench",
                 backend=b,
@@ -98,6 +99,7 @@ class Bench:
             for b in self.backends
             for c in self.compressions
         ]
+        return list(dict.fromkeys(c.as_run() for c in configs))
 
     def program(self, config: SweepConfig, out_json: Path) -> list[str]:
         """What the launcher starts in each process (after python): the worker, writing its result to out_json."""

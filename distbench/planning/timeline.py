@@ -167,10 +167,11 @@ def _fusion_chunks(sizes: list[float]) -> list[float]:
     return [*chunks, current] if current else chunks
 
 
-MODELS = {"ddp": "ddp", "accelerate": "ddp", "horovod": "horovod"}  # the timeline each library follows
-# whose all-reduce carries each library's gradients: Accelerate's go through the DDP it wraps the model in
-# (torch.distributed.all_reduce), not through accelerator.reduce, which commbench also times
-GRADIENT_ALLREDUCE = {"ddp": "ddp", "accelerate": "ddp", "horovod": "horovod"}
+# the timeline each library follows (Accelerate and Fabric wrap the model in DDP)
+MODELS = {"ddp": "ddp", "accelerate": "ddp", "fabric": "ddp", "horovod": "horovod"}
+# whose all-reduce carries each library's gradients: Accelerate's and Fabric's go through the DDP they wrap the model
+# in (torch.distributed.all_reduce), not through accelerator.reduce or fabric.all_reduce, which commbench also times
+GRADIENT_ALLREDUCE = {"ddp": "ddp", "accelerate": "ddp", "fabric": "ddp", "horovod": "horovod"}
 
 
 def step_s(backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:

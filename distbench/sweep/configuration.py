@@ -181,6 +181,7 @@ class SweepConfig:
     accumulate: int = axis(sets="accumulate", name=lambda k: f"acc{k}", text=lambda k: f"acc{k}")
     grad_compression: str = axis(
         sets="grad_compression",
+        only=lambda b: b in REGISTRY and REGISTRY[b].compresses,
         reference=GradCompression.none.value,
         name=str,
         text=str,

@@ -84,9 +84,10 @@ class SlurmExecutor(Executor):
         return min(len(cores) for cores in self.node_cores()[:nodes])
 
     def launcher(self, backend: str) -> Launcher:
-        """The launcher that starts `backend`'s runs: srun's own tasks where asked for and the backend allows them."""
-        launchers = launchers_of(backend)
-        return SRUN if self.launch_form == "srun" and SRUN in launchers else launchers[0]
+        """The launcher that starts `backend`'s runs: srun's own tasks where asked for, or where the usual launcher runs
+        in no job step (Fabric's), and the backend allows them."""
+        usual, *others = launchers_of(backend)
+        return SRUN if (self.launch_form == "srun" or not usual.in_slurm_step) and SRUN in others else usual
 
     def command(
         self, config: SweepConfig, args: list[str], name: str, program: list[str] | None = None

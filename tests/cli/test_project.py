@@ -25,17 +25,18 @@ def test_project_on_a_recorded_sweep_gives_the_documented_numbers(tmp_path):
     out = tmp_path / "p.json"
     proc = run_py([*EXAMPLE, "--output", str(out)], tmp_path, expect_rc=0)
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "2 x 1" in line]
-    assert len(rows) == 3
+    assert len(rows) == 4
     doc = (ROOT / "docs" / "projection.md").read_text()
     for row in rows:
         assert row in doc, f"docs/projection.md lacks: {row}"
     predicted = {p["backend"]: p for p in json.loads(out.read_text())}
-    assert set(predicted) == {"ddp", "accelerate", "horovod"}
+    assert set(predicted) == {"ddp", "accelerate", "horovod", "fabric"}
     for p in predicted.values():
         assert p["samples_per_sec_lo"] <= p["samples_per_sec"] <= p["samples_per_sec_hi"]
         assert p["step_ms"] == pytest.approx(64 / p["samples_per_sec"] * 1e3)
         assert 0 < p["scaling_efficiency"] < 1
-    assert predicted["accelerate"]["samples_per_sec"] == predicted["ddp"]["samples_per_sec"]  # DDP's all-reduce
+    for wrapping_ddp in ("accelerate", "fabric"):  # DDP's all-reduce
+        assert predicted[wrapping_ddp]["samples_per_sec"] == predicted["ddp"]["samples_per_sec"]
     assert (tmp_path / "p.profile.json").is_file()
 
 

@@ -22,6 +22,7 @@ from tests.helpers import run_in
         ("accelerate-fsdp", None),
         ("deepspeed", None),
         ("accelerate-deepspeed", None),
+        ("fabric", None),
     ],
     ids=[
         "ddp-torchrun",
@@ -32,6 +33,7 @@ from tests.helpers import run_in
         "accelerate-fsdp-launch",
         "deepspeed-launcher",
         "accelerate-deepspeed-launch",
+        "fabric-run",
     ],
 )
 def test_contract_holds_on_every_rank(tmp_path, backend, launcher):

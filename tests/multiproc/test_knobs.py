@@ -5,7 +5,7 @@ every check it appears in (conftest.mnist_run)."""
 
 import pytest
 
-from distbench.backends import DISTRIBUTED, SHARDING
+from distbench.backends import DISTRIBUTED, REGISTRY, SHARDING
 from distbench.training import fairness
 from tests.conftest import EQUIVALENCE_STEPS, MNIST_STEPS
 
@@ -37,14 +37,15 @@ def single_runs(mnist_run):
 # (fsdp.mixed_precision_policy, deepspeed's ds_config communication_data_type): fsdp's and deepspeed's runs check it;
 # their accumulation, whose boundary Accelerate marks, is checked here
 PLUGINS = ("accelerate-fsdp", "accelerate-deepspeed")
-COMPRESSING = tuple(b for b in DISTRIBUTED if b not in PLUGINS)
+# Lightning Fabric's DDP strategy has no compression (the registry's `compresses`; its refusal: test_plan)
+COMPRESSING = tuple(b for b in DISTRIBUTED if b not in PLUGINS and REGISTRY[b].compresses)
 
 
 def settings(backend: str) -> list[str]:
     """The SETTINGS one backend runs: horovod refuses bf16; the sharding backends' bf16 is the same reduce_dtype as
     their fp16, and accelerate's the same DDP communication hook as ddp's (bf16_compress_hook): one format suffices
-    for each of them; the plugins' compression is the native backend's (PLUGINS)."""
-    if backend in PLUGINS:
+    for each of them; the plugins' compression is the native backend's (PLUGINS); fabric has none."""
+    if backend not in COMPRESSING:
         return ["acc1", "acc2"]
     return [n for n in SETTINGS if not (n == "bf16" and backend != "ddp")]
 

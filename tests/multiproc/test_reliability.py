@@ -135,7 +135,7 @@ def test_launcher_restart_resumes_and_finishes(tmp_path, straight_run, elastic):
 @pytest.mark.multiproc
 @pytest.mark.timeout(400)
 # accelerate resumes under its restarting launcher above (test_launcher_restart_resumes_and_finishes[accelerate-launch])
-@pytest.mark.parametrize("backend", ["horovod"])
+@pytest.mark.parametrize("backend", ["horovod", "fabric"])
 def test_resume_under_other_backends(tmp_path, backend):
     straight_cmd, env, straight_out = _resume_run(tmp_path, "straight", backend=backend, steps=20)
     run_cmd(straight_cmd, timeout=240, env=env)

@@ -4,6 +4,7 @@
     accelerate launch --multi_gpu --num_processes 2 ... -m tests.scripts.contract --backend accelerate
     horovodrun -np 2 python -m tests.scripts.contract --backend horovod
     torchrun --nproc_per_node 2 -m tests.scripts.contract --backend fsdp
+    fabric run --devices 2 run.py -- -m tests.scripts.contract --backend fabric
 
 Each `check_*` asserts on its own rank; a failed check raises, the launcher reports the failure, and the
 pytest test (tests/multiproc/test_contract.py) fails with the captured output. The main process prints

@@ -45,11 +45,12 @@ def _on_both_nodes(rec: dict) -> None:
 @pytest.fixture(scope="module")
 def usual_sweep(slurm_conf, tmp_path_factory):
     """Each launcher's Slurm form at 2 nodes x 1 process, with a library it starts (fsdp starts as ddp does,
-    accelerate-fsdp and accelerate-deepspeed as accelerate does); one round (the verdicts of several:
-    tests/multiproc/test_compare.py)."""
+    accelerate-fsdp and accelerate-deepspeed as accelerate does; fabric as srun's tasks, which Fabric reads itself);
+    one round (the verdicts of several: tests/multiproc/test_compare.py)."""
     tmp = tmp_path_factory.mktemp("slurm-usual")
     out = tmp / "sweep"
-    cmd = py(f"run.py compare --scheduler slurm --backends single,ddp,accelerate,horovod,deepspeed {SWEEP} --out", out)
+    backends = "single,ddp,accelerate,horovod,deepspeed,fabric"
+    cmd = py(f"run.py compare --scheduler slurm --backends {backends} {SWEEP} --out", out)
     run_cmd(_salloc(*cmd), timeout=900, env=child_env(tmp, SLURM_CONF=str(slurm_conf)))
     return out
 
@@ -69,6 +70,7 @@ def test_each_library_on_two_nodes_reproduces_the_single_process(usual_sweep):
         "accelerate": "accelerate launch",
         "horovod": "horovodrun",
         "deepspeed": "deepspeed",
+        "fabric": "srun",  # Fabric's own on Slurm: one srun task per process (launching/launch.FabricRun)
     }
     assert "srun --nodes 2 --ntasks 2 --ntasks-per-node 1" in next(r for r in recs if r["backend"] == "ddp")["command"]
 
@@ -79,7 +81,7 @@ def test_a_two_round_slurm_sweep_writes_the_usual_report_with_verdicts(usual_swe
     assert "### Verdicts" in report and "| ddp x2 |" in report and "| horovod x2 |" in report
     assert "horovod x2 vs ddp x2" in report or "horovod x2 is" in report
     assert "- nodes: 1, 2, Slurm's (job steps of job" in report
-    assert len(_records(usual_sweep)) == 5  # 5 configurations, one round
+    assert len(_records(usual_sweep)) == 6  # 6 configurations, one round
 
 
 @pytest.mark.timeout(600)

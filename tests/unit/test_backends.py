@@ -9,7 +9,7 @@ from distbench.backends.single import SingleBackend
 from distbench.config import RunConfig
 from distbench.errors import UserError
 from distbench.launching.commands import command
-from distbench.process import ACCELERATE, DEEPSPEED, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv
+from distbench.process import ACCELERATE, DEEPSPEED, FABRIC, HOROVODRUN, PYTHON, TORCHRUN, LaunchEnv
 
 
 @pytest.mark.parametrize("op", list(ReduceOp) + ["sum", "avg", "max", "min"])
@@ -48,13 +48,14 @@ def test_the_registry_is_the_one_list_of_backends():
         "accelerate-fsdp",
         "deepspeed",
         "accelerate-deepspeed",
+        "fabric",
     )
     from distbench.cli.declared import backend_choices
 
     assert [b.value for b in backend_choices()] == list(NAMES)  # the CLI's --backend choices
     assert (REFERENCE, DISTRIBUTED) == ("single", NAMES[1:])
-    assert (ALL_REDUCING, SHARDING) == (("ddp", "accelerate", "horovod"), ("fsdp", "accelerate-fsdp"))
-    usual = [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, TORCHRUN, ACCELERATE, DEEPSPEED, ACCELERATE]
+    assert (ALL_REDUCING, SHARDING) == (("ddp", "accelerate", "horovod", "fabric"), ("fsdp", "accelerate-fsdp"))
+    usual = [PYTHON, TORCHRUN, ACCELERATE, HOROVODRUN, TORCHRUN, ACCELERATE, DEEPSPEED, ACCELERATE, FABRIC]
     assert [REGISTRY[n].launchers[0] for n in NAMES] == usual
     with pytest.raises(UserError, match="unknown backend 'mpi'"):
         command("mpi", 2, [])

@@ -10,7 +10,16 @@ from distbench import machine
 from distbench.backends import REGISTRY
 from distbench.errors import UserError
 from distbench.launching.commands import check_launch, launch_help, launchers_of, typed_command, usual_launcher
-from distbench.launching.launch import ACCELERATE, BY_HAND, HOROVODRUN, LAUNCHERS, PYTHON, TORCHRUN, resolve
+from distbench.launching.launch import (
+    ACCELERATE,
+    BY_HAND,
+    FABRIC,
+    HOROVODRUN,
+    LAUNCHERS,
+    PYTHON,
+    TORCHRUN,
+    resolve,
+)
 from distbench.process import LaunchEnv
 
 TORCH_VARS = dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2", MASTER_ADDR="h", MASTER_PORT="1")
@@ -54,8 +63,13 @@ TORCH_VARS = dict(RANK="1", LOCAL_RANK="1", WORLD_SIZE="4", LOCAL_WORLD_SIZE="2"
         # by hand: nodes of LOCAL_WORLD_SIZE processes filled in rank order
         (TORCH_VARS, LaunchEnv("env (RANK/WORLD_SIZE)", 1, 1, 4, 2, node_rank=0, nodes=2)),
         ({**TORCH_VARS, "RANK": "3"}, LaunchEnv("env (RANK/WORLD_SIZE)", 3, 1, 4, 2, node_rank=1, nodes=2)),
+        # fabric run: torchrun's agent, after Fabric's CLI set its own variables
+        (
+            {**TORCH_VARS, "TORCHELASTIC_RUN_ID": "x", "LT_CLI_USED": "1", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "2"},
+            LaunchEnv("fabric run", 1, 1, 4, 2, node_rank=0, nodes=2),
+        ),
     ],
-    ids=["python", "torchrun", "accelerate", "horovodrun", "by-hand", "by-hand-node-1"],
+    ids=["python", "torchrun", "accelerate", "horovodrun", "by-hand", "by-hand-node-1", "fabric-run"],
 )
 def test_each_launcher_recognises_its_environment(env, expected):
     assert LaunchEnv.read(env) == expected
@@ -110,6 +124,30 @@ def test_several_nodes():
     assert [c[1] for c in by_hand] == ["RANK=0", "RANK=1", "RANK=2", "RANK=3"]
     with pytest.raises(ValueError):
         PYTHON.commands(program, 2)
+
+
+def test_fabric_run_ends_its_options_before_the_programs():
+    """Fabric's CLI takes options after the script as its own (run.py's --precision would be Fabric's): `--` ends
+    them; on several nodes each node's command has its --node-rank, meeting at the first's address."""
+    program = ["run.py", "--backend", "fabric", "--precision", "bf16"]
+    (one,) = FABRIC.commands(program, 2, ["127.0.0.1"], 29400)
+    assert one[:9] == [
+        "fabric",
+        "run",
+        "--devices",
+        "2",
+        "--main-address",
+        "127.0.0.1",
+        "--main-port",
+        "29400",
+        "run.py",
+    ]
+    assert one[one.index("run.py") :] == ["run.py", "--", *program[1:]]
+    nodes = FABRIC.commands(program, 2, ["10.0.0.1", "10.0.0.2"], 29400)
+    assert [c[c.index("--node-rank") + 1] for c in nodes] == ["0", "1"]
+    assert all(c[c.index("--num-nodes") + 1] == "2" and c[c.index("--main-address") + 1] == "10.0.0.1" for c in nodes)
+    (module,) = FABRIC.commands(["-m", "distbench.planning.worker", "--sizes", "4"], 2)
+    assert module[module.index("run.py") :] == ["run.py", "--", "-m", "distbench.planning.worker", "--sizes", "4"]
 
 
 def test_resolve_uses_this_environment():

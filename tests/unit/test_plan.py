@@ -2,6 +2,9 @@
 
 import pytest
 
+from distbench.backends import REGISTRY
+from distbench.config import RunConfig
+from distbench.errors import UserError
 from distbench.sweep.plan import plan_runs, round_orders
 
 
@@ -61,6 +64,21 @@ def test_zero_stages_multiply_the_deepspeed_runs_alone():
         ("deepspeed", 3, False),
     ]
     assert [r.config.name() for r in runs][2:] == ["deepspeed x2 t1 acc1 none zero1", "deepspeed x2 t1 acc1 none zero3"]
+
+
+def test_a_library_without_compression_runs_once_uncompressed_in_a_compression_sweep():
+    """--grad-compression applies to the libraries that compress by a mechanism of their own (the registry's
+    `compresses`): Fabric's DDP strategy has none, so it runs once, as is, and a run of it asked to compress is one
+    line before any setup."""
+    runs = _plan(["ddp", "fabric"], [2], threads=1, grad_compression=["fp16", "bf16"])
+    assert [(r.config.backend, r.config.grad_compression, r.baseline) for r in runs] == [
+        ("single", "none", True),
+        ("ddp", "fp16", False),
+        ("ddp", "bf16", False),
+        ("fabric", "none", False),
+    ]
+    with pytest.raises(UserError, match="^--grad-compression fp16: the fabric backend's library has no gradient"):
+        REGISTRY["fabric"].check_options(RunConfig(grad_compression="fp16"))
 
 
 def test_round_orders_are_shuffled_per_round_from_the_seed():

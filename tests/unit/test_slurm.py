@@ -53,8 +53,7 @@ def test_each_library_has_its_slurm_launch_line():
     assert ds[:7] == torch[:7] and ds[-3:-1] == ["bash", "-c"]
     # each node writes the allocation's hostfile for itself and passes its own rank, both left for its shell
     assert "printf '%s slots=4\\n' n1 n2 > \"${TMPDIR:-/tmp}/distbench-hostfile-$SLURM_JOB_ID." in ds[-1]
-    assert '--no_ssh --master_addr 10.0.0.1 --master_port 29400 --hostfile "' in ds[-1]
-    assert '--node_rank "$SLURM_NODEID"' in ds[-1]
+    assert '.$SLURM_NODEID" --no_ssh --master_addr 10.0.0.1 --master_port 29400 --node_rank "$SLURM_NODEID"' in ds[-1]
     hvd = slurm.launch_step(HOROVODRUN, ALLOC, PROGRAM, 2, 4, 29400, "s")
     assert hvd[:3] == ["srun", "--nodes", "1"] and hvd[hvd.index("--nodelist") + 1] == "n1"
     assert hvd[hvd.index("horovodrun") :][:5] == ["horovodrun", "-np", "8", "-H", "10.0.0.1:4,10.0.0.2:4"]
