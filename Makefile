@@ -11,12 +11,15 @@ setup:
 demo: setup
 	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 2 --max-steps 100 --repeats 5 --out results/demo-$$(date +%Y%m%d-%H%M%S)
 
-# The tiers in two passes: unit and CLI tests (one process each, on 1 core) two at a time, each module on one worker;
-# then the multi-process and Slurm tests alone, one at a time, since each of their runs takes the machine's cores.
-# Both passes run whatever the first gives; the exit status is a failure if either failed.
+# The tiers in two passes. First, three at a time, each module on one worker: the unit and CLI tests (one process
+# each, on 1 core), the benchmark scripts' smoke tests and the Slurm tests, which assert what was written and
+# computed, never how fast: sharing the cores only slows them, and their launches leave a core idle much of the time
+# (a launcher starting, a rendezvous, Slurm's polling), which the others fill. Then the multi-process tier alone, one
+# test at a time: its runs take the machine's cores, and some of its checks are of rates (a shaped link's) that a
+# busy machine would change. Both passes run whatever the first gives; the exit status is a failure if either failed.
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile tests/unit tests/cli; first=$$?; \
-	$(PY) -m pytest -q tests/multiproc tests/slurm; second=$$?; \
+	$(PY) -m pytest -q -n 3 --dist loadfile tests/unit tests/cli tests/benchmarks tests/slurm; first=$$?; \
+	$(PY) -m pytest -q tests/multiproc; second=$$?; \
 	exit $$(( first || second ))
 
 test-fast: setup
