@@ -55,7 +55,7 @@ def test_knobs_benchmark_table_pairs_each_setting_with_the_plain_run(tmp_path):
 @pytest.mark.timeout(600)
 def test_same_pinning_form_alternates_and_pins_both_sides_alike(tmp_path, monkeypatch):
     """The --same-pinning form's rounds, with its two runners recorded instead of launched (both run for real
-    elsewhere: the pinned loops in benchmarks/test_benchmarks.py, distbench --no-pin-cores in test_equivalence.py):
+    elsewhere: the pinned loops in benchmarks/test_scaling.py, distbench --no-pin-cores in test_equivalence.py):
     each round runs both sides unpinned and pinned, the side first alternates, and the ratios are distbench /
     hand-written within a round."""
     from typer.testing import CliRunner

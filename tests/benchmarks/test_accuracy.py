@@ -1,0 +1,55 @@
+"""Smoke tests of benchmarks/accuracy.py, benchmarks/bert_accuracy.py and benchmarks/startup.py, so that they do
+not rot. No speed assertions: only that they run end to end and write their tables."""
+
+import sys
+
+import pytest
+
+from tests.helpers import py, run_in
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_accuracy_benchmark_runs(tmp_path):
+    out = tmp_path / "acc.md"
+    run_in(
+        tmp_path, py("-m benchmarks.accuracy --seeds 0 --backends single,ddp --epochs 1 --out", str(out)), timeout=300
+    )
+    text = out.read_text()
+    assert "| single | 1 | 0 |" in text and "| ddp | 2 | 0 |" in text
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_bert_accuracy_benchmark_runs(tmp_path, mr_dir):
+    out = tmp_path / "bert.md"
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.bert_accuracy",
+        "--data-dir",
+        str(mr_dir),
+        "--seeds",
+        "0,1",
+        "--recipe",
+        "--model tiny-random --max-steps 2",
+        "--out",
+        str(out),
+    ]
+    run_in(tmp_path, cmd, timeout=400)
+    text = out.read_text()
+    assert "| 0 | " in text and "| 1 | " in text and "/ 1066 |" in text
+    assert "**Median over 2 seeds:" in text
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_startup_benchmark_writes_its_section(tmp_path):
+    """The floors and distbench under one launcher (plain python: the cheapest), the section replaced in place."""
+    out = tmp_path / "perf.md"
+    out.write_text("# Performance\n\n## Other\n\nkept\n")
+    cmd = [sys.executable, "-m", "benchmarks.startup", "--rounds", "1", "--backends", "single", "--out", str(out)]
+    run_in(tmp_path, cmd, timeout=120)
+    text = out.read_text()
+    assert "## Other\n\nkept" in text and "| single x1 | python |" in text
+    assert "| backend | launcher | imports | process group | data | build | first step | total |" in text
