@@ -21,6 +21,7 @@ import contextlib
 import functools
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -249,7 +250,23 @@ class ZeroEngine:
         return universal
 
     def gradient_all_reduce(self, t: torch.Tensor) -> None:
-        raise NotImplementedError("commbench times the all-reducing libraries; DeepSpeed's collectives: issue 36")
+        # DeepSpeed: at stages 0-2 the engine all-reduces each bucket of gradients through deepspeed.comm (stage 2's
+        # reduce-scatter is, on this path, an all-reduce of which each rank keeps its partition:
+        # stage_1_and_2.average_tensor, use_multi_rank_bucket_allreduce); in place, as there
+        if self.world_size > 1:
+            self._comm().all_reduce(t)
+
+    def _comm(self):
+        """deepspeed.comm over this backend's process group (deepspeed.initialize starts it in a run; commbench
+        makes no engine), its shared-memory segment unlinked as an engine's is (`engine_made`)."""
+        comm = deepspeed_module().comm
+        if not comm.is_initialized():
+            comm.init_distributed(
+                dist_backend=torch.distributed.get_backend(), timeout=timedelta(seconds=self.timeout_s)
+            )
+            self.barrier()
+            unlink_shm_segment(self.rank)
+        return comm
 
 
 class DeepSpeedBackend(ZeroEngine, DDPBackend):

@@ -16,7 +16,12 @@ from distbench.launching.placement import PLACEMENT, Placement
 
 def _backends() -> inspect.Parameter:
     """--backends, the same in both commands."""
-    return param("backends", str, ",".join(ALL_REDUCING), help="Comma-separated backends that all-reduce gradients.")
+    return param(
+        "backends",
+        str,
+        ",".join(ALL_REDUCING),
+        help="Comma-separated backends that all-reduce gradients (also deepspeed: its ZeRO stages 0-2 do).",
+    )
 
 
 def commbench_params() -> list[inspect.Parameter]:
@@ -75,6 +80,7 @@ def project_params() -> list[inspect.Parameter]:
             None,
             help="The backward profile a previous project wrote (OUTPUT.profile.json): no measuring.",
         ),
+        param("zero_stage", int, 0, help="The DeepSpeed backends' ZeRO stage: 0, 1 or 2 (stage 3 is not modelled)."),
     ]
     return [dirs, output, *placed, *own]
 

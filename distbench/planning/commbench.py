@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from distbench.backends import ALL_REDUCING
+from distbench.backends import ALL_REDUCING, REGISTRY
 from distbench.errors import UserError
 from distbench.launching.affinity import load_average
 from distbench.launching.placement import Placement
@@ -28,14 +28,18 @@ from distbench.sweep.configuration import AXES, SweepConfig, positive_ints
 DEFAULT_SIZES = tuple(4096 * 4**i for i in range(8))  # 4 KiB to 64 MiB
 
 
+# what commbench may time and project predict: the all-reducing libraries (its default) and DeepSpeed's
+TIMED = (*ALL_REDUCING, *(name for name, spec in REGISTRY.items() if spec.zero_stages))
+
+
 def backend_names(backends: str) -> list[str]:
-    """--backends (commbench's and project's): the comma-separated backends, each one that all-reduces its
-    gradients."""
+    """--backends (commbench's and project's): the comma-separated backends, each one that all-reduces its gradients
+    (the replicating libraries, and DeepSpeed's engine, which all-reduces them at ZeRO stages 0-2)."""
     names = [b.strip() for b in backends.split(",") if b.strip()]
-    bad = [b for b in names if b not in ALL_REDUCING]
+    bad = [b for b in names if b not in TIMED]
     if bad or not names:
         raise UserError(
-            f"--backends: the backends that all-reduce their gradients ({', '.join(ALL_REDUCING)}), got {backends!r}"
+            f"--backends: the backends that all-reduce their gradients ({', '.join(TIMED)}), got {backends!r}"
         )
     return names
 

@@ -15,7 +15,7 @@ from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
 from distbench.planning.profile import Profile, measure_profile
 from distbench.planning.projection import Projection
 from distbench.planning.reference import Reference
-from distbench.planning.timeline import GRADIENT_ALLREDUCE, Plan
+from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_MODELLED, Plan
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class ProjectRequest:
     grad_compression: str
     batch_size: int  # 0: the sweep's
     profile: Path | None  # None: measure it
+    zero_stage: int = 0  # the ZeRO stage of the DeepSpeed backends' rows
 
 
 def run(request: ProjectRequest) -> None:
@@ -40,6 +41,7 @@ def run(request: ProjectRequest) -> None:
     prediction, written to the output (the profile beside it) and printed."""
     names = backend_names(request.backends)
     _check(request)
+    _check_zero(request, names)
     rate, links = _links(request, names)
     ref = Reference.load(request.sweep_dirs, request.batch_size or None)
     plan = _plan(request, ref)
@@ -62,6 +64,23 @@ def _check(r: ProjectRequest) -> None:
         raise UserError("give --link-rate (the nodes' link), --commbench DIR (measured on it), or both")
 
 
+def _check_zero(r: ProjectRequest, names: list[str]) -> None:
+    """--zero-stage: a stage the model has (ZERO_STAGES_MODELLED), for the backends that take it, uncompressed."""
+    zero = [b for b in names if MODELS[b] == "zero"]
+    if r.zero_stage and not zero:
+        raise UserError(f"--zero-stage {r.zero_stage}: only the DeepSpeed backends have ZeRO stages; add deepspeed")
+    if r.zero_stage not in ZERO_STAGES_MODELLED:
+        raise UserError(
+            f"--zero-stage {r.zero_stage}: project models stages {', '.join(map(str, ZERO_STAGES_MODELLED))}; "
+            "ZeRO-3's all-gathers of each layer in forward and backward are not modelled"
+        )
+    if zero and r.grad_compression != "none":
+        raise UserError(
+            f"--grad-compression {r.grad_compression}: project models {', '.join(zero)} uncompressed only (its "
+            "all-gather of the parameters is never compressed, its all-reduce would be)"
+        )
+
+
 def _links(r: ProjectRequest, names: list[str]) -> tuple[str | None, dict[str, list[dict]] | None]:
     """The planned link's rate and commbench's records per backend (None: the nominal rate), each backend's there."""
     rate = r.link_rate or None
@@ -80,7 +99,13 @@ def _links(r: ProjectRequest, names: list[str]) -> tuple[str | None, dict[str, l
 def _plan(r: ProjectRequest, ref: Reference) -> Plan:
     """The planned scale; a global batch that does not split into its processes' micro-batches is one line."""
     plan = Plan(
-        r.nodes, r.nprocs, r.batch_size or ref.batch_size, r.accumulate, r.grad_compression, ref.device == "cpu"
+        r.nodes,
+        r.nprocs,
+        r.batch_size or ref.batch_size,
+        r.accumulate,
+        r.grad_compression,
+        ref.device == "cpu",
+        r.zero_stage,
     )
     if plan.micro_batch < 1 or plan.batch_size % (plan.world * r.accumulate):
         raise UserError(

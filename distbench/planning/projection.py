@@ -23,7 +23,7 @@ from distbench.planning.commbench_report import label, series
 from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link
 from distbench.planning.profile import Profile
 from distbench.planning.reference import Phases, Reference, median_phases
-from distbench.planning.timeline import GRADIENT_ALLREDUCE, Computation, Plan, step_s
+from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, Computation, Plan, step_s
 
 RESAMPLES = 200  # bootstrap resamples behind each interval
 
@@ -101,9 +101,15 @@ class Projection:
         mode = recs[0].get("link_mode") or "shared"
         return {"world_size": world, "nodes": nodes, "nprocs": world // nodes, "link_mode": mode}
 
-    def warnings(self) -> list[str]:
+    def warnings(self, backend: str = "") -> list[str]:
         """Each way the plan goes beyond what was measured (the fits' own: `link_warnings`)."""
         plan, m, out = self.plan, self.measured, []
+        if MODELS.get(backend) == "zero" and plan.zero_stage not in self.ref.zero_engine_s:
+            out.append(
+                f"DeepSpeed's engine's own time per step at ZeRO-{plan.zero_stage} was not measured: taken as 0 (run "
+                f"`compare --backends single,deepspeed --zero-stage {plan.zero_stage} --nprocs 1` at the reference's "
+                "or the micro-batch into a folder given to project; docs/projection.md)"
+            )
         if m is None:
             out.append(
                 f"the link {self.rate} was not measured: it is taken at its nominal rate, with no latency and no CPU "
@@ -142,7 +148,8 @@ class Projection:
         profile (the projection's own by default)."""
         profile = profile or self.profile
         comp = Computation.of(phases, profile, self.ref.batch_size, self.plan, micro)
-        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb)
+        engine = self.ref.zero_engine_s.get(self.plan.zero_stage, 0.0) if MODELS[backend] == "zero" else 0.0
+        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb, engine)
 
     def predict(self, backend: str, seed: int = 0) -> dict:
         """One library's prediction, as the output holds it (one object per backend): its step time, samples/s and
@@ -159,6 +166,7 @@ class Projection:
         eff_lo, eff_hi, _ = interval(eff, boot_eff)
         return {
             "backend": backend,
+            **({"zero_stage": plan.zero_stage} if MODELS[backend] == "zero" else {}),
             "nodes": plan.nodes,
             "nprocs": plan.nprocs,
             "world_size": plan.world,
@@ -182,7 +190,7 @@ class Projection:
             "scaling_efficiency_hi": eff_hi,
             "reference_samples_per_sec": single,
             "commbench": self.measured,
-            "warnings": [*self.warnings(), *self.link_warnings(link_)],
+            "warnings": [*self.warnings(backend), *self.link_warnings(link_)],
         }
 
     def _bootstrap(self, backend: str, rng: random.Random) -> tuple[list[float], list[float]]:

@@ -35,8 +35,9 @@ def table(rows: list[dict]) -> str:
         sps = with_interval(r["samples_per_sec"], r["samples_per_sec_lo"], r["samples_per_sec_hi"])
         if r.get("no_interval"):
             sps += f" (no interval: {r['no_interval']})"
+        name = r["backend"] + (f" ZeRO-{r['zero_stage']}" if "zero_stage" in r else "")
         lines.append(
-            f"| {r['backend']} | {r['nodes']} x {r['nprocs']} | {r['link']} | {r['step_ms']:.1f} | {sps} | "
+            f"| {name} | {r['nodes']} x {r['nprocs']} | {r['link']} | {r['step_ms']:.1f} | {sps} | "
             f"{r['scaling_efficiency']:#.2g} |"
         )
     return "\n".join(lines)

@@ -29,6 +29,7 @@ class Plan:
     accumulate: int
     compression: str
     cores_shared: bool = False  # CPU training: the processes' computation and their all-reduces share the cores
+    zero_stage: int = 0  # DeepSpeed's ZeRO stage (the backends that take --zero-stage)
 
     @property
     def world(self) -> int:
@@ -167,15 +168,61 @@ def _fusion_chunks(sizes: list[float]) -> list[float]:
     return [*chunks, current] if current else chunks
 
 
-# the timeline each library follows (Accelerate and Fabric wrap the model in DDP)
-MODELS = {"ddp": "ddp", "accelerate": "ddp", "fabric": "ddp", "horovod": "horovod"}
+# DeepSpeed 0.19's defaults below stage 3 (deepspeed/runtime/zero/config.py, engine.py): no overlap_comm, and
+# gradients reduced in buckets of 5e8 elements (reduce_bucket_size; stage 0: MEMORY_OPT_ALLREDUCE_SIZE)
+ZERO_BUCKET_ELEMENTS = 500_000_000
+ZERO_STAGES_MODELLED = (0, 1, 2)
+
+
+def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, engine_s: float = 0.0) -> float:
+    """DeepSpeed's engine at ZeRO stages 0-2: at the accumulation boundary, after the last backward, it all-reduces
+    the gradients in buckets of ZERO_BUCKET_ELEMENTS (one for any model under 2 GB), through deepspeed.comm, not
+    overlapped with backward (stage 2's reduce-scatter is, on this path, an all-reduce of each bucket of which each
+    rank keeps its partition: stage_1_and_2.average_tensor); its all-reduces' computation comes after backward's, not
+    during it. Stage 0 then steps the whole optimizer; stages 1-2 step their 1/W partition of it and all-gather the
+    updated fp32 parameters (all_gather_dp_groups): a ring all-gather moves (W-1)/W of them over each link in W-1
+    steps, half a ring all-reduce of as many bytes, taken so from the all-reduce's fit (commbench times the
+    all-reduce; the all-gather is its arithmetic). `engine_s`: the engine's own computation per step at this stage
+    (its bookkeeping, measured at x1: Reference.zero_engine_s), added once."""
+    total = profile.total_bytes
+    bucket = ZERO_BUCKET_ELEMENTS * 4  # float32 gradients
+    clock = comp.backward_start + comp.backward
+    for start in range(0, int(total), bucket):
+        clock += link_.allreduce_s(link_.wire_fraction * min(bucket, total - start), plan.world)
+    clock += max(0.0, engine_s)
+    if plan.zero_stage == 0:
+        return clock + comp.optimizer
+    return clock + comp.optimizer / plan.world + link_.allreduce_s(total, plan.world) / 2
+
+
+# the timeline each library follows (Accelerate and Fabric wrap the model in DDP; DeepSpeed's engine: zero_step)
+MODELS = {
+    "ddp": "ddp",
+    "accelerate": "ddp",
+    "fabric": "ddp",
+    "horovod": "horovod",
+    "deepspeed": "zero",
+    "accelerate-deepspeed": "zero",
+}
 # whose all-reduce carries each library's gradients: Accelerate's and Fabric's go through the DDP they wrap the model
-# in (torch.distributed.all_reduce), not through accelerator.reduce or fabric.all_reduce, which commbench also times
-GRADIENT_ALLREDUCE = {"ddp": "ddp", "accelerate": "ddp", "fabric": "ddp", "horovod": "horovod"}
+# in (torch.distributed.all_reduce), not through accelerator.reduce or fabric.all_reduce, which commbench also times;
+# Accelerate's DeepSpeed plugin through DeepSpeed's engine
+GRADIENT_ALLREDUCE = {
+    "ddp": "ddp",
+    "accelerate": "ddp",
+    "fabric": "ddp",
+    "horovod": "horovod",
+    "deepspeed": "deepspeed",
+    "accelerate-deepspeed": "deepspeed",
+}
 
 
-def step_s(backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:
-    """One step of `backend`, s: the timeline its library follows (MODELS)."""
+def step_s(
+    backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float, engine_s: float = 0.0
+) -> float:
+    """One step of `backend`, s: the timeline its library follows (MODELS); `engine_s`: DeepSpeed's engine's own."""
     if MODELS[backend] == "horovod":
         return horovod_step(comp, profile, link_, plan)
+    if MODELS[backend] == "zero":
+        return zero_step(comp, profile, link_, plan, engine_s)
     return ddp_step(comp, profile, link_, plan, cap_mb)

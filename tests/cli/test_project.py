@@ -40,6 +40,24 @@ def test_project_on_a_recorded_sweep_gives_the_documented_numbers(tmp_path):
     assert (tmp_path / "p.profile.json").is_file()
 
 
+def test_deepspeeds_zero_stages_on_the_worked_example(tmp_path):
+    """docs/projection.md's worked example for DeepSpeed's engine (its all-reduce here the fixture's ddp records,
+    renamed): backward ends at 23.08 ms, then one all-reduce of all 1,201,704 bytes, 101.44 ms; ZeRO-0 then the whole
+    optimizer (2 ms): 126.5 ms; ZeRO-1 half of it and the all-gather of the parameters, half the all-reduce: 176.2 ms.
+    The row says its stage."""
+    commbench = tmp_path / "cb"
+    commbench.mkdir()
+    records = (FIX / "commbench" / "commbench.jsonl").read_text()
+    (commbench / "commbench.jsonl").write_text(records.replace('"backend": "ddp"', '"backend": "deepspeed"'))
+    args = [*EXAMPLE[:2], "--commbench", str(commbench), *EXAMPLE[4:], "--backends", "deepspeed"]
+    for stage, step_ms in ((0, 126.52), (1, 176.24)):
+        out = tmp_path / f"zero{stage}.json"
+        proc = run_py([*args, "--zero-stage", str(stage), "--output", str(out)], tmp_path, expect_rc=0)
+        assert f"| deepspeed ZeRO-{stage} | 2 x 1 | commbench fit of deepspeed |" in proc.stdout
+        (row,) = json.loads(out.read_text())
+        assert row["zero_stage"] == stage and row["step_ms"] == pytest.approx(step_ms, abs=0.05)
+
+
 def test_more_nodes_on_the_same_link_predict_more_time_on_it(tmp_path):
     """A ring all-reduce moves 2(n-1)/n of the gradients over each link: more at 4 nodes than at 2."""
     step = {}
@@ -92,6 +110,10 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
         (["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--nodes", "3"], "does not split"),
         (["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--grad-compression", "zip"], "--grad-compression"),
         (["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "single"], "--backends"),
+        (
+            ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "deepspeed", "--zero-stage", "3"],
+            "ZeRO-3's all-gathers of each layer",
+        ),
         ([*EXAMPLE, "--nodes", "4"], "measured at micro-batch 32"),
         (
             ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--profile", str(FIX / "sweep" / "results.jsonl")],

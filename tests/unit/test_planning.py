@@ -141,6 +141,60 @@ def test_horovod_fuses_what_is_ready_at_each_cycle():
     assert tl.horovod_step(_computation(), PROFILE, slow, PLAN) == pytest.approx(0.493782 + 2 * 1e-3)
 
 
+def test_zero_all_reduces_after_backward_and_stages_1_and_2_gather_the_parameters():
+    """DeepSpeed's engine: the 6,000,400 bytes of gradients in one bucket after backward (6 + 15 = 21 ms), 480.032 ms
+    at 80 ns/B; stage 0 then the whole optimizer (4 ms); stages 1 and 2 a half of it (2 ms) and the all-gather of the
+    parameters, half an all-reduce of as many bytes: 240.016 ms."""
+    link_ = lk.Link.nominal("100mbit")
+    step = {k: tl.zero_step(_computation(), PROFILE, link_, dataclasses.replace(PLAN, zero_stage=k)) for k in (0, 1, 2)}
+    assert step[0] == pytest.approx(0.021 + 0.480032 + 0.004)
+    assert step[1] == step[2] == pytest.approx(0.021 + 0.480032 + 0.002 + 0.240016)
+    assert tl.step_s("deepspeed", _computation(), PROFILE, link_, PLAN, 1.0) == step[0]  # the registry's model
+    # a model of more than one bucket (5e8 elements): one all-reduce per bucket, each paying the latency
+    big = dataclasses.replace(PROFILE, grad_bytes=[3_000_000_000], ready=[1.0])
+    slow = lk.Link(1e-3, 0.0, 2, "test")
+    assert tl.zero_step(_computation(), big, slow, PLAN) == pytest.approx(0.021 + 2 * 1e-3 + 0.004)
+    # the engine's own time per step (measured at x1), once
+    assert tl.zero_step(_computation(), PROFILE, link_, PLAN, engine_s=0.005) == pytest.approx(step[0] + 0.005)
+
+
+def test_the_engines_own_time_is_deepspeed_x1_less_single_x1_at_the_same_batch():
+    def rec(backend, batch, p50, stage=0, world=1):
+        return {
+            "backend": backend,
+            "status": "ok",
+            "world_size": world,
+            "accumulate": 1,
+            "global_batch_size": batch,
+            "config": {"zero_stage": stage},
+            "step_time_ms": {"p50": p50},
+        }
+
+    singles = {32: [rec("single", 32, 10.0), rec("single", 32, 12.0)]}
+    records = [rec("deepspeed", 32, 17.0, 1), rec("deepspeed", 32, 19.0, 1), rec("deepspeed", 32, 11.5, 0)]
+    records += [rec("deepspeed", 64, 30.0, 2), rec("deepspeed", 32, 99.0, 2, world=2), rec("ddp", 32, 50.0)]
+    # stage 2 ran only at a batch single did not, and at x2: left out
+    assert rf._zero_engine_s(records, singles) == pytest.approx({0: 0.0005, 1: 0.007})
+
+
+def test_project_refuses_what_its_zero_model_does_not_cover():
+    from distbench.planning import project as pjt
+
+    def request(**changes):
+        given = dict(sweep_dirs=[], output=None, nodes=2, nprocs=1, link_rate="100mbit", commbench=None, accumulate=1)
+        given.update(backends="ddp,deepspeed", grad_compression="none", batch_size=0, profile=None)
+        return pjt.ProjectRequest(**{**given, **changes})
+
+    with pytest.raises(UserError, match="^--zero-stage 3: project models stages 0, 1, 2; ZeRO-3's all-gathers"):
+        pjt._check_zero(request(zero_stage=3), ["ddp", "deepspeed"])
+    with pytest.raises(UserError, match="^--zero-stage 2: only the DeepSpeed backends have ZeRO stages"):
+        pjt._check_zero(request(zero_stage=2), ["ddp"])
+    with pytest.raises(UserError, match="^--grad-compression fp16: project models deepspeed uncompressed only"):
+        pjt._check_zero(request(grad_compression="fp16"), ["ddp", "deepspeed"])
+    pjt._check_zero(request(zero_stage=2), ["ddp", "deepspeed"])  # fine
+    assert cb.backend_names("deepspeed,ddp") == ["deepspeed", "ddp"]
+
+
 def test_a_step_is_never_shorter_than_its_computation():
     fast = lk.Link(0.0, 1e-15, 2, "test")
     comp = _computation()
