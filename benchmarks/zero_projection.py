@@ -6,12 +6,9 @@
     python -m benchmarks.zero_projection measure     # the same cases with `run.py compare` (refused before predict)
     python -m benchmarks.zero_projection table       # predicted against measured, into docs/projection.md
 
-and then the model revised after that table (DeepSpeed's engine's own time per step, measured at x1):
-
-    python -m benchmarks.zero_projection engine-reference  # deepspeed x1 at stages 0-2 beside `single` x1
-    python -m benchmarks.zero_projection revised           # every case again, and two held-out rates, before measuring
-    python -m benchmarks.zero_projection measure-heldout   # the held-out rates (refused before revised)
-    python -m benchmarks.zero_projection table             # both tables
+A revision of the model (DeepSpeed's engine's own time per step, measured at x1) was validated by the commands
+`engine-reference`, `revised` and `measure-heldout` of this script at commit 4eb85a7, and taken out again: its table
+and what it found stay in docs/projection.md, its inputs and sweeps in docs/results/projection/zero/.
 
 The third model's procedure (benchmarks/projection.py: commbench under load, the reference with the other core
 computing, 2 simulated nodes x 1 process on per-node links, one thread each), for `--backends deepspeed` at ZeRO
@@ -43,14 +40,10 @@ from benchmarks.projection import (
 
 OUT = ROOT / "docs" / "results" / "projection" / "zero"
 RATES = ("none", "1gbit", "100mbit")
-HELDOUT_RATES = ("500mbit", "200mbit")  # after the revision: rates no model had seen
 STAGES = (0, 1, 2)
 BATCH = 64  # MNIST's global batch: micro-batch 32 at 2 x 1
 SWEEP = OUT / "mnist-zero"
-HELDOUT_SWEEP = OUT / "mnist-zero-heldout"
-ENGINE_REFERENCE = OUT / f"mnist-coref-zero-b{BATCH // 2}"
 SECTION = "## DeepSpeed's ZeRO stages 0-2: predicted before measuring, then measured"
-REVISED_SECTION = "## DeepSpeed's ZeRO stages 0-2, the revised model: the same cases, and two held-out rates"
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -65,8 +58,8 @@ def references() -> list[Path]:
 
 
 @app.command()
-def commbench(repeats: int = 5, rounds: int = 2, heldout: bool = False) -> None:
-    for rate in HELDOUT_RATES if heldout else RATES:
+def commbench(repeats: int = 5, rounds: int = 2) -> None:
+    for rate in RATES:
         out = OUT / "commbench" / rate
         if not (out / "fit.json").exists():
             shutil.rmtree(out, ignore_errors=True)
@@ -103,47 +96,6 @@ def predict() -> None:
     predict_every(RATES, "predictions", references())
 
 
-@app.command("engine-reference")
-def engine_reference(repeats: int = 5) -> None:
-    """deepspeed x1 at each stage beside `single` x1, at the planned micro-batch, the other core computing."""
-    out, batch = ENGINE_REFERENCE, BATCH // 2
-    if (out / "report.md").exists():
-        return
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    stages = ["--zero-stage", ",".join(map(str, STAGES))]
-    args = [*TASK_ARGS["mnist"], "--batch-size", str(batch), "--backends", "single,deepspeed", *stages]
-    with co_runner("mnist", batch, out):
-        run(
-            [
-                "run.py",
-                "compare",
-                *args,
-                "--nprocs",
-                "1",
-                "--threads",
-                "1",
-                "--repeats",
-                str(repeats),
-                "--out",
-                str(out),
-            ],
-            ("taskset", "-c", "0"),
-        )
-
-
-@app.command()
-def revised() -> None:
-    """The revised model (the engine's own time measured) for every case, and the held-out rates, before measuring."""
-    commbench(heldout=True)
-    predict_every((*RATES, *HELDOUT_RATES), "predictions-revised", [*references(), ENGINE_REFERENCE])
-
-
-@app.command("measure-heldout")
-def measure_heldout(repeats: int = 3) -> None:
-    measure_sweep(HELDOUT_SWEEP, HELDOUT_RATES, "predictions-revised", repeats)
-
-
 def measure_sweep(sweep: Path, rates: tuple[str, ...], folder: str, repeats: int) -> None:
     missing = [f"{r} ZeRO-{k}" for r in rates for k in STAGES if not prediction(r, k, folder).exists()]
     if missing:
@@ -166,8 +118,7 @@ def rows(rates: tuple[str, ...] = RATES, folder: str = "predictions") -> list[di
     from distbench.sweep import grouping
 
     got: dict[tuple, list[float]] = {}
-    sweeps = [s for s in (SWEEP, HELDOUT_SWEEP) if (s / "results.jsonl").exists()]
-    for r in grouping.load(sweeps).records:
+    for r in grouping.load([SWEEP]).records:
         if r["status"] == "ok" and r["backend"] == "deepspeed":
             got.setdefault((r["link_rate"], r["config"]["zero_stage"]), []).append(r["samples_per_sec"])
     out = []
@@ -185,24 +136,14 @@ FIRST_SOURCE = (
     "the predictions in docs/results/projection/zero/predictions/ (written by `... predict` before `... measure` ran "
     "the sweep), and the sweep in docs/results/projection/zero/mnist-zero"
 )
-REVISED_SOURCE = (
-    "the predictions in docs/results/projection/zero/predictions-revised/ (written by `... revised` after the table "
-    "above, from the same inputs and deepspeed x1 runs at each stage, mnist-coref-zero-b32; for the held-out rates "
-    "before `... measure-heldout` ran them), and the sweeps in docs/results/projection/zero/mnist-zero and "
-    "mnist-zero-heldout"
-)
 
 
 @app.command()
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     write_table(out, SECTION, rows(), FIRST_SOURCE)
-    if prediction(HELDOUT_RATES[-1], STAGES[-1], "predictions-revised").exists():
-        data = rows((*RATES, *HELDOUT_RATES), "predictions-revised")
-        heldout = [abs(r["error"]) for r in data if r["error"] is not None and r["rate"] in HELDOUT_RATES]
-        write_table(out, REVISED_SECTION, data, REVISED_SOURCE, heldout)
 
 
-def write_table(out: Path, section: str, data: list[dict], source: str, heldout: list[float] = ()) -> None:
+def write_table(out: Path, section: str, data: list[dict], source: str) -> None:
     errors = [abs(r["error"]) for r in data if r["error"] is not None]
     lines = [
         section,
@@ -213,7 +154,6 @@ def write_table(out: Path, section: str, data: list[dict], source: str, heldout:
         "it).",
         "",
         _summary(errors, f"{len(errors)} cases") if errors else "No measured case yet.",
-        *(["", _summary(list(heldout), f"The held-out rates alone ({len(heldout)} cases)")] if heldout else []),
         "",
         "| link | ZeRO stage | predicted samples/s (interval) | measured (min-max, runs) | error |",
         "|---|---|---|---|---|",

@@ -23,7 +23,7 @@ from distbench.planning.commbench_report import label, series
 from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link
 from distbench.planning.profile import Profile
 from distbench.planning.reference import Phases, Reference, median_phases
-from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, Computation, Plan, step_s
+from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_FOUND, Computation, Plan, step_s
 
 RESAMPLES = 200  # bootstrap resamples behind each interval
 
@@ -104,12 +104,8 @@ class Projection:
     def warnings(self, backend: str = "") -> list[str]:
         """Each way the plan goes beyond what was measured (the fits' own: `link_warnings`)."""
         plan, m, out = self.plan, self.measured, []
-        if MODELS.get(backend) == "zero" and plan.zero_stage not in self.ref.zero_engine_s:
-            out.append(
-                f"DeepSpeed's engine's own time per step at ZeRO-{plan.zero_stage} was not measured: taken as 0 (run "
-                f"`compare --backends single,deepspeed --zero-stage {plan.zero_stage} --nprocs 1` at the reference's "
-                "or the micro-batch into a folder given to project; docs/projection.md)"
-            )
+        if MODELS.get(backend) == "zero" and plan.zero_stage:
+            out.append(ZERO_FOUND)
         if m is None:
             out.append(
                 f"the link {self.rate} was not measured: it is taken at its nominal rate, with no latency and no CPU "
@@ -148,8 +144,7 @@ class Projection:
         profile (the projection's own by default)."""
         profile = profile or self.profile
         comp = Computation.of(phases, profile, self.ref.batch_size, self.plan, micro)
-        engine = self.ref.zero_engine_s.get(self.plan.zero_stage, 0.0) if MODELS[backend] == "zero" else 0.0
-        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb, engine)
+        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb)
 
     def predict(self, backend: str, seed: int = 0) -> dict:
         """One library's prediction, as the output holds it (one object per backend): its step time, samples/s and

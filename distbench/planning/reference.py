@@ -37,9 +37,6 @@ class Reference:
     runs: list[Phases]
     samples_per_sec: list[float]
     by_batch: dict[int, list[Phases]] = field(default_factory=dict)
-    # DeepSpeed's engine's own time per step at each ZeRO stage, s: its x1 runs' median step less `single` x1's at the
-    # same batch (the bookkeeping of its flat buffers and partitions, which no communication explains)
-    zero_engine_s: dict[int, float] = field(default_factory=dict)
 
     @classmethod
     def load(cls, sweep_dirs: list[Path], batch: int | None = None) -> Reference:
@@ -59,8 +56,7 @@ class Reference:
     def _of(cls, sweep_dirs: list[Path], batch: int | None, where: str) -> Reference:
         from distbench.sweep.grouping import load
 
-        every = load(sweep_dirs).records
-        recs = [r for r in every if _is_reference(r)]
+        recs = [r for r in load(sweep_dirs).records if _is_reference(r)]
         if not recs:
             raise UserError(
                 f"{where}: no successful `single` x1 run (accumulate 1, no compression, unshaped) to take the "
@@ -78,27 +74,7 @@ class Reference:
         device = str(mine[0]["environment"]["device"]).split(":")[0]
         phases = {b: [_phases(r) for r in rs] for b, rs in by_batch.items()}
         sps = [r["samples_per_sec"] for r in mine]
-        engine = _zero_engine_s(every, by_batch)
-        return cls(task, batch, threads, device, mine[0]["config"], phases[batch], sps, phases, engine)
-
-
-def _zero_engine_s(records: list[dict], singles: dict[int, list[dict]]) -> dict[int, float]:
-    """Per ZeRO stage: the median step of the successful DeepSpeed x1 runs (accumulate 1, nothing compressed) less
-    the median step of `single` x1 at their batch, s (stages whose batch `single` did not run are left out)."""
-    from distbench.backends import REGISTRY
-
-    steps: dict[tuple[int, int], list[float]] = {}
-    for r in records:
-        spec = REGISTRY.get(r.get("backend"))
-        if spec and spec.zero_stages and r["status"] == "ok" and r["world_size"] == 1 and r["accumulate"] == 1:
-            key = (r["config"]["zero_stage"], r["global_batch_size"])
-            steps.setdefault(key, []).append(r["step_time_ms"]["p50"])
-    out = {}
-    for (stage, batch), ms in sorted(steps.items()):
-        if batch in singles:
-            single = statistics.median(r["step_time_ms"]["p50"] for r in singles[batch])
-            out[stage] = (statistics.median(ms) - single) / 1e3
-    return out
+        return cls(task, batch, threads, device, mine[0]["config"], phases[batch], sps, phases)
 
 
 def _phases(r: dict) -> Phases:

@@ -172,9 +172,15 @@ def _fusion_chunks(sizes: list[float]) -> list[float]:
 # gradients reduced in buckets of 5e8 elements (reduce_bucket_size; stage 0: MEMORY_OPT_ALLREDUCE_SIZE)
 ZERO_BUCKET_ELEMENTS = 500_000_000
 ZERO_STAGES_MODELLED = (0, 1, 2)
+# what the validation found of stages 1-2 (docs/projection.md, 2026-12-03, MNIST at 2 nodes): `project` says it
+ZERO_FOUND = (
+    "ZeRO-1 and 2 were predicted 35-42 % too fast on an unshaped link, 13-15 % at 1 Gbit/s and 5-6 % at 100 Mbit/s "
+    "when validated (2 nodes, MNIST): a cost of a few ms a step at several ranks that the model lacks "
+    "(docs/projection.md)"
+)
 
 
-def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, engine_s: float = 0.0) -> float:
+def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> float:
     """DeepSpeed's engine at ZeRO stages 0-2: at the accumulation boundary, after the last backward, it all-reduces
     the gradients in buckets of ZERO_BUCKET_ELEMENTS (one for any model under 2 GB), through deepspeed.comm, not
     overlapped with backward (stage 2's reduce-scatter is, on this path, an all-reduce of each bucket of which each
@@ -182,14 +188,13 @@ def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, engi
     during it. Stage 0 then steps the whole optimizer; stages 1-2 step their 1/W partition of it and all-gather the
     updated fp32 parameters (all_gather_dp_groups): a ring all-gather moves (W-1)/W of them over each link in W-1
     steps, half a ring all-reduce of as many bytes, taken so from the all-reduce's fit (commbench times the
-    all-reduce; the all-gather is its arithmetic). `engine_s`: the engine's own computation per step at this stage
-    (its bookkeeping, measured at x1: Reference.zero_engine_s), added once."""
+    all-reduce; the all-gather is its arithmetic). Validated at 2 nodes: stages 1-2 cost a few ms a step more than
+    this on fast links (docs/projection.md; ZERO_FOUND)."""
     total = profile.total_bytes
     bucket = ZERO_BUCKET_ELEMENTS * 4  # float32 gradients
     clock = comp.backward_start + comp.backward
     for start in range(0, int(total), bucket):
         clock += link_.allreduce_s(link_.wire_fraction * min(bucket, total - start), plan.world)
-    clock += max(0.0, engine_s)
     if plan.zero_stage == 0:
         return clock + comp.optimizer
     return clock + comp.optimizer / plan.world + link_.allreduce_s(total, plan.world) / 2
@@ -217,12 +222,10 @@ GRADIENT_ALLREDUCE = {
 }
 
 
-def step_s(
-    backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float, engine_s: float = 0.0
-) -> float:
-    """One step of `backend`, s: the timeline its library follows (MODELS); `engine_s`: DeepSpeed's engine's own."""
+def step_s(backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:
+    """One step of `backend`, s: the timeline its library follows (MODELS)."""
     if MODELS[backend] == "horovod":
         return horovod_step(comp, profile, link_, plan)
     if MODELS[backend] == "zero":
-        return zero_step(comp, profile, link_, plan, engine_s)
+        return zero_step(comp, profile, link_, plan)
     return ddp_step(comp, profile, link_, plan, cap_mb)

@@ -154,27 +154,6 @@ def test_zero_all_reduces_after_backward_and_stages_1_and_2_gather_the_parameter
     big = dataclasses.replace(PROFILE, grad_bytes=[3_000_000_000], ready=[1.0])
     slow = lk.Link(1e-3, 0.0, 2, "test")
     assert tl.zero_step(_computation(), big, slow, PLAN) == pytest.approx(0.021 + 2 * 1e-3 + 0.004)
-    # the engine's own time per step (measured at x1), once
-    assert tl.zero_step(_computation(), PROFILE, link_, PLAN, engine_s=0.005) == pytest.approx(step[0] + 0.005)
-
-
-def test_the_engines_own_time_is_deepspeed_x1_less_single_x1_at_the_same_batch():
-    def rec(backend, batch, p50, stage=0, world=1):
-        return {
-            "backend": backend,
-            "status": "ok",
-            "world_size": world,
-            "accumulate": 1,
-            "global_batch_size": batch,
-            "config": {"zero_stage": stage},
-            "step_time_ms": {"p50": p50},
-        }
-
-    singles = {32: [rec("single", 32, 10.0), rec("single", 32, 12.0)]}
-    records = [rec("deepspeed", 32, 17.0, 1), rec("deepspeed", 32, 19.0, 1), rec("deepspeed", 32, 11.5, 0)]
-    records += [rec("deepspeed", 64, 30.0, 2), rec("deepspeed", 32, 99.0, 2, world=2), rec("ddp", 32, 50.0)]
-    # stage 2 ran only at a batch single did not, and at x2: left out
-    assert rf._zero_engine_s(records, singles) == pytest.approx({0: 0.0005, 1: 0.007})
 
 
 def test_project_refuses_what_its_zero_model_does_not_cover():
