@@ -7,7 +7,6 @@ itself) or plain python (one process). Fabric's FSDP strategy is not offered: Fa
 
 from __future__ import annotations
 
-import os
 import warnings
 from datetime import timedelta
 
@@ -16,7 +15,7 @@ from torch import nn
 
 from distbench.backends.base import Backend, ReduceOp
 from distbench.backends.ddp import bucket_cap_mb
-from distbench.process import FABRIC, LOOPBACK
+from distbench.process import FABRIC
 from distbench.torchelastic import init_process_group, under_agent_store
 
 try:
@@ -37,7 +36,6 @@ class FabricBackend(Backend):
 
     def setup(self) -> None:
         cuda = torch.cuda.is_available()
-        os.environ.setdefault("MASTER_ADDR", LOOPBACK)  # Fabric: a world of one meets here, on loopback only
         if under_agent_store():
             # fabric run / torchrun: the group is made on a key namespace of this round's own, so that a restart is
             # clean (distbench/torchelastic.py); Fabric keeps a group that exists
