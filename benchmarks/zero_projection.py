@@ -48,8 +48,8 @@ SECTION = "## DeepSpeed's ZeRO stages 0-2: predicted before measuring, then meas
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-def prediction(rate: str, stage: int, folder: str = "predictions") -> Path:
-    return OUT / folder / f"{rate}-zero{stage}.json"
+def prediction(rate: str, stage: int) -> Path:
+    return OUT / "predictions" / f"{rate}-zero{stage}.json"
 
 
 def references() -> list[Path]:
@@ -79,42 +79,34 @@ def reference(repeats: int = 5) -> None:
             single_runs("mnist", batch, out, repeats, ("taskset", "-c", "0"))
 
 
-def predict_every(rates: tuple[str, ...], folder: str, refs: list[Path]) -> None:
-    for rate in rates:
+@app.command()
+def predict() -> None:
+    for rate in RATES:
         for stage in STAGES:
-            path = prediction(rate, stage, folder)
+            path = prediction(rate, stage)
             if path.exists():
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
             plan = [*NODES, "--batch-size", str(BATCH), "--backends", "deepspeed", "--zero-stage", str(stage)]
             commbench = ["--commbench", str(OUT / "commbench" / rate)]
-            run(["run.py", "project", *map(str, refs), *commbench, *plan, "--output", str(path)])
-
-
-@app.command()
-def predict() -> None:
-    predict_every(RATES, "predictions", references())
-
-
-def measure_sweep(sweep: Path, rates: tuple[str, ...], folder: str, repeats: int) -> None:
-    missing = [f"{r} ZeRO-{k}" for r in rates for k in STAGES if not prediction(r, k, folder).exists()]
-    if missing:
-        raise SystemExit(f"predict first (python -m benchmarks.zero_projection ...): {', '.join(missing)}")
-    if (sweep / "report.md").exists():
-        return
-    shutil.rmtree(sweep, ignore_errors=True)
-    stages = ["--zero-stage", ",".join(map(str, STAGES))]
-    links = [*PER_NODE, "--link-rate", ",".join(rates)]
-    args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *stages, *NODES, "--threads", "1", *links]
-    run(["run.py", "compare", *args, "--repeats", str(repeats), "--out", str(sweep)])
+            run(["run.py", "project", *map(str, references()), *commbench, *plan, "--output", str(path)])
 
 
 @app.command()
 def measure(repeats: int = 3) -> None:
-    measure_sweep(SWEEP, RATES, "predictions", repeats)
+    missing = [f"{r} ZeRO-{k}" for r in RATES for k in STAGES if not prediction(r, k).exists()]
+    if missing:
+        raise SystemExit(f"predict first (python -m benchmarks.zero_projection predict): {', '.join(missing)}")
+    if (SWEEP / "report.md").exists():
+        return
+    shutil.rmtree(SWEEP, ignore_errors=True)
+    stages = ["--zero-stage", ",".join(map(str, STAGES))]
+    links = [*PER_NODE, "--link-rate", ",".join(RATES)]
+    args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *stages, *NODES, "--threads", "1", *links]
+    run(["run.py", "compare", *args, "--repeats", str(repeats), "--out", str(SWEEP)])
 
 
-def rows(rates: tuple[str, ...] = RATES, folder: str = "predictions") -> list[dict]:
+def rows() -> list[dict]:
     from distbench.sweep import grouping
 
     got: dict[tuple, list[float]] = {}
@@ -122,9 +114,9 @@ def rows(rates: tuple[str, ...] = RATES, folder: str = "predictions") -> list[di
         if r["status"] == "ok" and r["backend"] == "deepspeed":
             got.setdefault((r["link_rate"], r["config"]["zero_stage"]), []).append(r["samples_per_sec"])
     out = []
-    for rate in rates:
+    for rate in RATES:
         for stage in STAGES:
-            (p,) = json.loads(prediction(rate, stage, folder).read_text())
+            (p,) = json.loads(prediction(rate, stage).read_text())
             runs = got.get((rate, stage), [])
             m = statistics.median(runs) if runs else None
             err = (p["samples_per_sec"] - m) / m if m else None
@@ -132,21 +124,16 @@ def rows(rates: tuple[str, ...] = RATES, folder: str = "predictions") -> list[di
     return out
 
 
-FIRST_SOURCE = (
-    "the predictions in docs/results/projection/zero/predictions/ (written by `... predict` before `... measure` ran "
-    "the sweep), and the sweep in docs/results/projection/zero/mnist-zero"
-)
-
-
 @app.command()
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
-    write_table(out, SECTION, rows(), FIRST_SOURCE)
-
-
-def write_table(out: Path, section: str, data: list[dict], source: str) -> None:
+    data = rows()
     errors = [abs(r["error"]) for r in data if r["error"] is not None]
+    source = (
+        "the predictions in docs/results/projection/zero/predictions/ (written by `... predict` before `... measure` "
+        "ran the sweep), and the sweep in docs/results/projection/zero/mnist-zero"
+    )
     lines = [
-        section,
+        SECTION,
         "",
         f"Produced by `python -m benchmarks.zero_projection table` on {machine()}, from {source}, measured on "
         f"{recorded_machine_of()}. MNIST, global batch {BATCH}, 2 simulated nodes x 1 process on per-node links. "
@@ -165,7 +152,7 @@ def write_table(out: Path, section: str, data: list[dict], source: str) -> None:
         lo, hi = p["samples_per_sec_lo"], p["samples_per_sec_hi"]
         interval = f" ({lo:.1f}-{hi:.1f})" if lo is not None else ""
         lines.append(f"| {r['rate']} | {r['stage']} | {p['samples_per_sec']:.1f}{interval} | {m} | {e} |")
-    write_section(out, section, lines + [""])
+    write_section(out, SECTION, lines + [""])
     print("\n".join(lines))
 
 

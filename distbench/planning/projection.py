@@ -101,8 +101,8 @@ class Projection:
         mode = recs[0].get("link_mode") or "shared"
         return {"world_size": world, "nodes": nodes, "nprocs": world // nodes, "link_mode": mode}
 
-    def warnings(self, backend: str = "") -> list[str]:
-        """Each way the plan goes beyond what was measured (the fits' own: `link_warnings`)."""
+    def warnings(self, backend: str) -> list[str]:
+        """Each way the plan for `backend` goes beyond what was measured (the fits' own: `link_warnings`)."""
         plan, m, out = self.plan, self.measured, []
         if MODELS.get(backend) == "zero" and plan.zero_stage:
             out.append(ZERO_FOUND)

@@ -73,8 +73,9 @@ class Reference:
         mine = by_batch[batch]
         device = str(mine[0]["environment"]["device"]).split(":")[0]
         phases = {b: [_phases(r) for r in rs] for b, rs in by_batch.items()}
-        sps = [r["samples_per_sec"] for r in mine]
-        return cls(task, batch, threads, device, mine[0]["config"], phases[batch], sps, phases)
+        return cls(
+            task, batch, threads, device, mine[0]["config"], phases[batch], [r["samples_per_sec"] for r in mine], phases
+        )
 
 
 def _phases(r: dict) -> Phases:
