@@ -46,11 +46,12 @@ class AccelerateBackend(Backend):
     def setup(self) -> None:
         if self.launch.launcher != PYTHON:
             os.environ.setdefault("MASTER_ADDR", LOOPBACK)
+        # Accelerate: a GPU per process (it wraps DDP with device_ids=[local_process_index]); on it before the group
+        collective = self.place_on_gpu()
         if under_agent_store():
             # torchrun / accelerate launch: the group is made on a key namespace of this round's own, so
             # that a restart is clean (distbench/torchelastic.py); Accelerate keeps a group that exists.
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            init_process_group(backend, timedelta(seconds=self.timeout_s))
+            init_process_group(collective, timedelta(seconds=self.timeout_s))
         # Accelerate wraps the model in DDP: the same bucket settings as the ddp backend (the size is set in
         # prepare(), when the model is known).
         # Accelerate: --grad-compression is its DDP kwargs' comm_hook (the same torch hooks as the ddp backend)
@@ -67,7 +68,8 @@ class AccelerateBackend(Backend):
             ),
             # Accelerate: the loader's batch is the *global* batch and each process takes its slice,
             # which is exactly distbench's global-batch semantics (see distbench/sharding.py).
-            dataloader_config=DataLoaderConfiguration(split_batches=True),
+            # Accelerate: its prepared loader moves each batch to the device itself, blocking unless told otherwise
+            dataloader_config=DataLoaderConfiguration(split_batches=True, non_blocking=self.pin_memory),
             mixed_precision="bf16" if self.precision == "bf16" else "no",
             # Accelerate: without a GPU, only cpu=True makes a multi-process launch a gloo group
             # (otherwise every process silently runs alone with world size 1).
@@ -107,7 +109,13 @@ class AccelerateBackend(Backend):
         # Accelerate: hand it the loader of *global* batches (the rank-0-of-1 view); `prepare` shards
         # it. Adding our own per-rank sharding as well would shard twice.
         self._train_sampler = GlobalBatchSampler(len(dataset), global_batch, 0, 1, seed)
-        return DataLoader(dataset, batch_sampler=self._train_sampler, collate_fn=collate, generator=_own_generator())
+        return DataLoader(
+            dataset,
+            batch_sampler=self._train_sampler,
+            collate_fn=collate,
+            generator=_own_generator(),
+            pin_memory=self.pin_memory,
+        )
 
     # eval_loader is the base one: Accelerate's prepared loaders pad the last batch with duplicates
     # (even_batches), so the test set is sharded by distbench and the sums are all-reduced instead.

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from distbench.errors import UserError
 from distbench.process import LaunchEnv
 from distbench.sharding import EvalShardSampler, GlobalBatchSampler
 
@@ -32,6 +33,16 @@ class ReduceOp(str, Enum):
 
 # the dtype each 16-bit name means (--grad-compression fp16/bf16, --precision bf16)
 SIXTEEN_BIT = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def gpu_placement(local_rank: int, local_world_size: int) -> tuple[torch.device, str] | None:
+    """A process's GPU and its group's collective library (None without a GPU): a GPU per process over NCCL; where a
+    node has fewer GPUs than processes, process i on GPU i mod n, over gloo, since NCCL refuses two processes on one
+    GPU (torch.distributed: each process must have exclusive access to every GPU it uses)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        return None
+    return torch.device("cuda", local_rank % gpus), "gloo" if local_world_size > gpus else "nccl"
 
 
 def _own_generator() -> torch.Generator:
@@ -54,6 +65,9 @@ class Backend:
     # The name of the library's own checkpoint where the library writes one (every rank its part of the model and
     # optimizer); None: the loop keeps them as whole tensors in checkpoint.pt (model_state_dict and the rest below)
     own_checkpoint: ClassVar[str | None] = None
+    # Whether a node's processes may share its GPUs over gloo where it has fewer GPUs than processes (place_on_gpu);
+    # the other libraries need a GPU per process
+    shares_a_gpu: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -92,16 +106,48 @@ class Backend:
     def teardown(self) -> None:
         """Leave the process group; safe to call after a failed setup."""
 
+    def place_on_gpu(self) -> str:
+        """Put this process on its GPU, where there is one, before its process group is made (torch.cuda.set_device,
+        as NCCL asks), and return the collective library for the group: gpu_placement's."""
+        placed = gpu_placement(self.launch.local_rank, self.launch.local_world_size)
+        if placed is None:
+            return "gloo"
+        device, collective = placed
+        if collective == "gloo" and not self.shares_a_gpu:
+            raise UserError(
+                f"--backend {self.name}: {self.launch.local_world_size} processes on a node with "
+                f"{torch.cuda.device_count()} GPU(s): {self.name} needs a GPU per process; ddp runs processes that "
+                "share a GPU (over gloo)"
+            )
+        self.device = device
+        torch.cuda.set_device(device)
+        return collective
+
     # ---- data ------------------------------------------------------------------------------
+    @property
+    def pin_memory(self) -> bool:
+        """Whether the loaders pin their batches in page-locked host memory: on a GPU, so that the loop's
+        non-blocking copies to the device are asynchronous (from pageable memory a copy blocks the host); on a CPU
+        there is no copy."""
+        return self.device.type == "cuda"
+
     def train_loader(self, dataset: Dataset, collate: Callable, global_batch: int, seed: int) -> DataLoader:
         """This rank's loader over one seeded global order, global_batch / world samples per step."""
         self._train_sampler = GlobalBatchSampler(len(dataset), global_batch, self.rank, self.world_size, seed)
-        return DataLoader(dataset, batch_sampler=self._train_sampler, collate_fn=collate, generator=_own_generator())
+        return DataLoader(
+            dataset,
+            batch_sampler=self._train_sampler,
+            collate_fn=collate,
+            generator=_own_generator(),
+            pin_memory=self.pin_memory,
+        )
 
     def eval_loader(self, dataset: Dataset, collate: Callable, batch_size: int) -> DataLoader:
         """This rank's strided share of the test set: every sample evaluated exactly once overall."""
         sampler = EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size)
-        return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, generator=_own_generator())
+        return DataLoader(
+            dataset, batch_sampler=sampler, collate_fn=collate, generator=_own_generator(), pin_memory=self.pin_memory
+        )
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         """Start the train loader's `epoch` (its own seeded order) at global step `start_step` of it (a resume)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 from datetime import timedelta
 
@@ -60,8 +61,19 @@ def comm_hook(compression: str):
     ]
 
 
+# DDP: its buffers (none that differ here: identical by construction) are not broadcast before each forward. torch
+# 2.13 renamed the keyword (broadcast_buffers, deprecated, to forward_sync_buffers); the older name where that is all
+# the installed torch has (the GPU machine's 2.11)
+NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
+
+
 class DDPBackend(Backend):
     name = "ddp"
+    shares_a_gpu = True  # over gloo, where a node has fewer GPUs than processes (Backend.place_on_gpu)
 
     def setup(self) -> None:
         if self.launch.launcher == PYTHON:
@@ -81,12 +93,9 @@ class DDPBackend(Backend):
                 RANK=str(launch.rank), WORLD_SIZE=str(launch.world_size), LOCAL_RANK=str(launch.local_rank)
             )
         self.local_rank = self.launch.local_rank
-        if torch.cuda.is_available():
-            self.device = torch.device("cuda", self.local_rank)
-            torch.cuda.set_device(self.device)
-        # DDP: gloo on CPU, nccl on GPU; the timeout bounds how long survivors wait for a dead rank.
-        # Under torchrun, on a key namespace of this round's own, so that a restart is clean.
-        init_process_group("nccl" if self.device.type == "cuda" else "gloo", timedelta(seconds=self.timeout_s))
+        # DDP: gloo on CPU, nccl on GPU (gloo where processes share a GPU); the timeout bounds how long survivors wait
+        # for a dead rank. Under torchrun, on a key namespace of this round's own, so that a restart is clean.
+        init_process_group(self.place_on_gpu(), timedelta(seconds=self.timeout_s))
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
 
     def teardown(self) -> None:
@@ -98,10 +107,10 @@ class DDPBackend(Backend):
         # DDP: gradients are bucketed views (no extra copy); buffers are identical by construction.
         ddp = DistributedDataParallel(
             model,
-            device_ids=[self.local_rank] if self.device.type == "cuda" else None,
+            device_ids=[self.device.index] if self.device.type == "cuda" else None,
             gradient_as_bucket_view=True,
             bucket_cap_mb=bucket_cap_mb(self.device, model),
-            forward_sync_buffers=False,
+            **NO_BUFFER_SYNC,
         )
         hook = comm_hook(self.grad_compression)
         if hook is not None:

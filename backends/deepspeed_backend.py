@@ -273,6 +273,7 @@ class DeepSpeedBackend(ZeroEngine, DDPBackend):
     """The ddp backend's process group and collectives; the model, optimizer and step are DeepSpeed's engine's."""
 
     name = "deepspeed"
+    shares_a_gpu = False  # DeepSpeed: its engine puts each process on cuda:LOCAL_RANK itself
 
     def setup(self) -> None:
         super().setup()

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from distbench.backends.base import Backend, ReduceOp
-from distbench.backends.ddp import bucket_cap_mb
+from distbench.backends.ddp import NO_BUFFER_SYNC, bucket_cap_mb
 from distbench.process import FABRIC
 from distbench.torchelastic import init_process_group, under_agent_store
 
@@ -36,16 +36,17 @@ class FabricBackend(Backend):
 
     def setup(self) -> None:
         cuda = torch.cuda.is_available()
+        collective = self.place_on_gpu()  # Fabric: a GPU per process (it refuses more devices than the node has)
         if under_agent_store():
             # fabric run / torchrun: the group is made on a key namespace of this round's own, so that a restart is
             # clean (distbench/torchelastic.py); Fabric keeps a group that exists
-            init_process_group("nccl" if cuda else "gloo", timedelta(seconds=self.timeout_s))
+            init_process_group(collective, timedelta(seconds=self.timeout_s))
         # DDP's settings as the ddp backend's (the bucket size in prepare(), when the model is known)
         self._strategy = DDPStrategy(
             process_group_backend="nccl" if cuda else "gloo",
             timeout=timedelta(seconds=self.timeout_s),
             gradient_as_bucket_view=True,
-            forward_sync_buffers=False,
+            **NO_BUFFER_SYNC,
         )
         self.fabric = Fabric(
             accelerator="cuda" if cuda else "cpu",

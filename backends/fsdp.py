@@ -63,6 +63,7 @@ class FullStateDicts:
 class FSDPBackend(FullStateDicts, DDPBackend):
     name = "fsdp"
     forward_is_collective = True  # every forward all-gathers: every rank runs the same number of them
+    shares_a_gpu = False  # FSDP2's reduce-scatter of GPU tensors is NCCL's (gloo has none)
 
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         model = model.to(self.device)

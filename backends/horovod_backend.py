@@ -43,8 +43,13 @@ class HorovodBackend(Backend):
         hvd.init()
         self.rank, self.world_size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         if torch.cuda.is_available():
-            self.device = torch.device("cuda", self.local_rank)
-            torch.cuda.set_device(self.device)
+            if not hvd.cuda_built():
+                # Horovod: a build without CUDA (scripts/build_horovod.sh's, Gloo on CPU) cannot exchange GPU tensors
+                raise UserError(
+                    f"--backend horovod on a GPU: this Horovod {horovod.__version__} was built without CUDA; build it "
+                    "with HOROVOD_GPU_OPERATIONS=NCCL"
+                )
+            self.place_on_gpu()
 
     def teardown(self) -> None:
         if hvd.is_initialized():

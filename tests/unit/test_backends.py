@@ -59,3 +59,39 @@ def test_the_registry_is_the_one_list_of_backends():
     assert [REGISTRY[n].launchers[0] for n in NAMES] == usual
     with pytest.raises(UserError, match="unknown backend 'mpi'"):
         command("mpi", 2, [])
+
+
+@pytest.mark.parametrize(
+    "gpus,local_world_size,placed",
+    [
+        (0, 2, None),  # no GPU: the CPU, gloo
+        (2, 2, [("cuda:0", "nccl"), ("cuda:1", "nccl")]),  # a GPU per process: NCCL
+        (1, 2, [("cuda:0", "gloo"), ("cuda:0", "gloo")]),  # two processes share one GPU: gloo (NCCL refuses)
+        (2, 4, [("cuda:0", "gloo"), ("cuda:1", "gloo"), ("cuda:0", "gloo"), ("cuda:1", "gloo")]),
+    ],
+)
+def test_gpu_placement(monkeypatch, gpus, local_world_size, placed):
+    from distbench.backends.base import gpu_placement
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    got = [gpu_placement(rank, local_world_size) for rank in range(local_world_size)]
+    assert got == ([None] * local_world_size if placed is None else [(torch.device(d), c) for d, c in placed])
+
+
+@pytest.mark.parametrize("backend", DISTRIBUTED)
+def test_only_ddp_puts_processes_that_share_a_gpu_on_it_the_others_refuse(monkeypatch, backend):
+    """Two processes, one GPU: ddp shares it over gloo (the GPU tier runs it); the other libraries need a GPU per
+    process, said in one line before any group is made."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    set_to = []
+    monkeypatch.setattr(torch.cuda, "set_device", set_to.append)
+    cls = type("Shell", (Backend,), {"name": backend, "shares_a_gpu": REGISTRY[backend].load().shares_a_gpu})
+    one = cls(LaunchEnv(TORCHRUN, rank=1, local_rank=1, world_size=2, local_world_size=2))
+    if backend == "ddp":
+        assert one.place_on_gpu() == "gloo" and one.device == torch.device("cuda", 0) == set_to[0]
+        return
+    with pytest.raises(UserError, match=f"--backend {backend}: 2 processes on a node with 1 GPU"):
+        one.place_on_gpu()
+    assert not set_to
