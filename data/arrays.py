@@ -31,3 +31,17 @@ def collate_tensor_batch(samples):
         return samples
     xs, ys = zip(*samples, strict=True)
     return torch.stack(xs), torch.stack(ys)
+
+
+def move_to(batch, device: torch.device):
+    """A batch (tensors, or dicts, lists and tuples of them) on `device`; copies are non-blocking (from pinned memory
+    on a GPU: asynchronous)."""
+    if device.type == "cpu":
+        return batch  # already there; skip walking the structure on the hot path
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=True)
+    if isinstance(batch, dict):
+        return {k: move_to(v, device) for k, v in batch.items()}
+    if isinstance(batch, list | tuple):
+        return type(batch)(move_to(v, device) for v in batch)
+    return batch

@@ -205,6 +205,11 @@ class RunConfig:
         "Evaluate every epoch and record the time to reach this accuracy.",
         checks=(Check(lambda v: 0.0 < v <= 1.0, "must be in (0, 1]"),),
     )
+    peak_tflops: float | None = option(
+        None,
+        "Each device's peak TFLOP/s at the run's precision, for MFU (default: a table of known GPUs; else unknown).",
+        checks=(POSITIVE,),
+    )
     checkpoint_dir: Path | None = option(
         None, "Save checkpoints here; a run resumes from the one it finds there.", sweep=SET
     )

@@ -190,6 +190,40 @@ def memory_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def compute_lines(rows: list[dict]) -> list[str]:
+    """What GPU users read beside samples/s (training/flops.py): tokens/s, model FLOPs, achieved TFLOP/s per device
+    and MFU; "unknown" where the device's peak is (every CPU; --peak-tflops states one)."""
+    rows = [r for r in rows if r.get("samples_per_sec") is not None]
+    if not rows or all(r.get("model_flops_per_sample") is None for r in rows):
+        return []
+
+    def gflop(value) -> str:
+        return "—" if value is None else f"{value / 1e9:.3g}"
+
+    lines = [
+        "### Compute",
+        "",
+        "| configuration | tokens/s | model GFLOP per sample | achieved TFLOP/s per device | MFU |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        mfu = "unknown" if r.get("mfu") is None else f"{100 * r['mfu']:.1f} %"
+        tflops = r.get("achieved_tflops_per_device")
+        lines.append(
+            f"| {r['label']} | {_fmt(r.get('tokens_per_sec'), '.0f')} | {gflop(r.get('model_flops_per_sample'))} | "
+            f"{'—' if tflops is None else f'{tflops:.3g}'} | {mfu} |"
+        )
+    lines += [
+        "",
+        "Model FLOPs: the forward and backward of the model's matrix and convolution operators, counted once per "
+        "run by torch.utils.flop_counter (no optimizer, no element-wise work; the same whatever a backend shards "
+        "or exchanges). MFU: achieved against the device's dense peak at the run's precision, unknown where no peak "
+        "is known (a CPU, a GPU not in distbench's table) unless --peak-tflops states it.",
+        "",
+    ]
+    return lines
+
+
 def gloo_caveat(configs: list[Config]) -> list[str]:
     """The line that must stand beside any speed of a sharding backend measured on CPU (gloo)."""
     shown = sorted({c.backend for c in configs if c.backend in SHARDING and c.ok and device_kind(c.ok[0]) == "cpu"})
@@ -220,6 +254,7 @@ def _task_lines(task: str, configs: list[Config], plot_dir: str) -> list[str]:
     rows = [verdicts.config_row(c, configs) for c in mine]
     lines = [f"## {task}", "", _steps_line(mine), "", *table_lines(rows), "", *gloo_caveat(mine)]
     lines += memory_lines(rows)
+    lines += compute_lines(rows)
     said = [f"- {v}" for v in verdicts.verdicts(mine)] or ["- (one configuration)"]
     lines += ["### Verdicts", "", *said, ""]
     noise = verdicts.noise_lines(mine) or ["- no reference run (`single` x1) in this sweep"]

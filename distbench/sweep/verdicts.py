@@ -22,8 +22,11 @@ MEDIAN_FIELDS = (
     "eval_accuracy",
     "eval_count",
     "time_to_target_s",
+    # what GPU users read (training/flops.py): None where unknown (MFU without a known peak, tokens of a task
+    # without tokens)
+    *("tokens_per_sec", "model_flops_per_sample", "achieved_tflops_per_device", "mfu"),
     "steps",
-    "epochs",
+    "epochs",  # last: not a column of summary.csv
 )
 # the summarised metrics: the median, then its interval's ends (and, for samples/s, the min and max)
 SUMMARIES = {

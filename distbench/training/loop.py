@@ -23,28 +23,25 @@ from distbench.backends import get_spec
 from distbench.backends.base import Backend, ReduceOp
 from distbench.config import RunConfig, check_output_writable, validate
 from distbench.data import download
+from distbench.data.arrays import move_to
 from distbench.errors import UserError
 from distbench.launching import affinity, topology
 from distbench.launching.commands import check_launch
 from distbench.machine import default_threads
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
-from distbench.training import checkpoint, fairness, memory, rng
+from distbench.training import checkpoint, fairness, flops, memory, rng
 from distbench.training.record import Facts, RunResult, build_record
 from distbench.training.reporter import Reporter
-from distbench.training.timer import DATA, FORWARD_BACKWARD, OPTIMIZER, StartupClock, StepTimer, warmup_steps
-
-
-def move_to(batch, device: torch.device):
-    if device.type == "cpu":
-        return batch  # already there; skip walking the structure on the hot path
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: move_to(v, device) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        return type(batch)(move_to(v, device) for v in batch)
-    return batch
+from distbench.training.timer import (
+    DATA,
+    FORWARD_BACKWARD,
+    OPTIMIZER,
+    StartupClock,
+    StepTimer,
+    device_clock,
+    warmup_steps,
+)
 
 
 def evaluate(task: Task, model, loader, backend: Backend) -> dict:
@@ -212,6 +209,7 @@ class Trainer:
         self.prior_losses: list[float] = []  # the global mean loss of each step before a resume
         self.losses: list[torch.Tensor] = []  # this rank's losses since the start (or resume)
         self.time_to_target_s: float | None = None  # training time until --target-accuracy was first reached
+        self.first_micro_batch = None  # its shapes: what the model's FLOPs are counted on (training/flops.py)
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         parts = self.parts
@@ -265,7 +263,23 @@ class Trainer:
             loss_history=self.loss_history(),
             memory=self.memory,
             time_to_target_s=self.time_to_target_s,
+            compute=self.compute_counts(),
         )
+
+    def compute_counts(self) -> dict:
+        """The model's FLOPs over the first micro-batch, its samples and tokens (training/flops.py; none trained: a run
+        resumed at its end), and how they were counted: by the main process, which writes the record."""
+        micro = self.first_micro_batch
+        if micro is None or not self.backend.is_main:
+            return {"micro_batch_flops": None, "flops_counted": "not counted: no step trained"}
+        total, how = flops.count_flops(self.task, micro)
+        samples = self.cfg.batch_size // (self.backend.world_size * self.cfg.accumulate)
+        return {
+            "micro_batch_flops": total,
+            "micro_batch_samples": samples,
+            "micro_batch_tokens": flops.tokens_in(micro),
+            "flops_counted": how,
+        }
 
     def shows(self, step: int) -> bool:
         """Whether the progress bar shows this step's loss: the global mean, as the record keeps it, a collective.
@@ -278,6 +292,9 @@ class Trainer:
         the mean of their losses."""
         parts, backend = self.parts, self.backend
         micro = micro_batches(move_to(batch, backend.device), self.cfg.accumulate)
+        if self.first_micro_batch is None:
+            self.first_micro_batch = micro[0]
+        timer.count_tokens(sum(flops.tokens_in(mb) or 0 for mb in micro))  # from shapes: no wait for the device
         timer.mark(DATA)
         parts.optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no arguments
         losses = []
@@ -329,7 +346,8 @@ class Trainer:
         parts, cfg = self.parts, self.cfg
         start_step = self.step
         n_epochs = math.ceil(parts.total_steps / parts.steps_per_epoch)
-        timer = StepTimer(self.backend.barrier, warmup=warmup_steps(parts.total_steps - start_step))
+        warmup = warmup_steps(parts.total_steps - start_step)
+        timer = StepTimer(self.backend.barrier, warmup, device_clock(self.backend.device))
         evals: list[dict] = []
         parts.model.train()
         self.reporter.start(

@@ -21,6 +21,7 @@ from distbench.launching import link, topology
 from distbench.launching.affinity import current_cores, load_average
 from distbench.machine import available_cpus
 from distbench.records import SCHEMA_VERSION
+from distbench.training import flops
 from distbench.training.timer import StartupClock, StepTimer
 
 
@@ -55,6 +56,7 @@ class RunResult:
     loss_history: list[float]  # the global mean loss of every step, those before a resume included
     memory: dict  # training/memory.py per_rank, at the end of training
     time_to_target_s: float | None  # training time until --target-accuracy was first reached
+    compute: dict  # the model's FLOPs and tokens per sample, and how they were counted (Trainer.compute_counts)
 
 
 def _version(pkg: str) -> str | None:
@@ -208,7 +210,8 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
         "accumulate": cfg.accumulate,
         "micro_batch_size": cfg.batch_size // (backend.world_size * cfg.accumulate),
         "grad_compression": cfg.grad_compression,
-        **timer.summary(cfg.batch_size),
+        **(summary := timer.summary(cfg.batch_size)),
+        **compute_figures(run, timer, summary["samples_per_sec"]),
         "written_bytes_per_step": written_per_step(backend, timer),
         "startup_s": facts.startup.total_s,  # process start to the end of the first step (None: no step run)
         "startup_phases_s": facts.startup.phases(),  # where it went (timer.STARTUP_PHASES)
@@ -235,6 +238,24 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
         "config": cfg.to_dict(),
         "started_at": facts.started_at,
         "wall_time_s": time.time() - facts.startup.process_start,
+    }
+
+
+def compute_figures(run: RunResult, timer: StepTimer, samples_per_sec: float) -> dict:
+    """What GPU users read beside samples/s (training/flops.py): tokens/s for a token task (every rank's tokens over
+    the timed window: a collective), model FLOPs per sample and how they were counted, achieved model TFLOP/s per
+    device, and MFU against the device's peak (None where unknown; why in peak_source)."""
+    counts, backend = run.compute, run.backend
+    tokens = backend.all_reduce(torch.tensor([float(timer.tokens_timed)], device=backend.device), ReduceOp.SUM).item()
+    timed = samples_per_sec == samples_per_sec and timer.window_s > 0  # NaN: no step in the timed window
+    tokens_per_sec = tokens / timer.window_s if tokens and timed else None
+    peak, source = flops.peak_tflops(backend.device, run.cfg.precision, run.cfg.peak_tflops)
+    return {
+        "tokens_per_sec": tokens_per_sec,
+        **flops.figures(counts, samples_per_sec if timed else None, tokens_per_sec, backend.world_size, peak),
+        "flops_counted": counts["flops_counted"],
+        "peak_tflops": peak,
+        "peak_source": source,
     }
 
 

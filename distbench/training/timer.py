@@ -6,6 +6,11 @@ clock; evaluations inside it are subtracted, so throughput is training alone. Ov
 counts the bytes the process writes through system calls (`written_bytes`): on CPU/gloo, the gradient
 exchange and the libraries' coordination, which is how the record shows what accumulation and compression
 change on the wire.
+
+The phases and the per-step times are taken on the clock of the device that does the work (`device_clock`): on a
+CPU the host's, on a GPU CUDA events recorded on the current stream. A GPU runs its kernels after the host has
+queued them, so host marks would time the queueing; events are read once they have completed, only every
+RESOLVE_EVERY steps and at the end, so that timing adds no wait for the device to a step.
 """
 
 from __future__ import annotations
@@ -105,9 +110,54 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+class HostClock:
+    """Marks on the host's clock: on a CPU the work of a call is done when it returns."""
+
+    name = "host"
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def ms(self, start: float, end: float) -> float:
+        return (end - start) * 1e3
+
+    def wait(self, mark: float) -> None:
+        """Nothing to wait for: a host mark is taken when its work is done."""
+
+
+class CudaClock:
+    """Marks on the device's clock: a CUDA event recorded on the current stream, which the device reaches once the
+    work queued before it is done; two marks' time apart is known once the later has completed."""
+
+    name = "cuda-events"
+
+    def mark(self):
+        import torch
+
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def ms(self, start, end) -> float:
+        return start.elapsed_time(end)
+
+    def wait(self, mark) -> None:
+        mark.synchronize()  # the host waits for this mark alone (the queue before it), not for the whole device
+
+
+def device_clock(device) -> HostClock | CudaClock:
+    """The clock on which a run's steps are timed: the device's, where it runs its work asynchronously."""
+    return CudaClock() if getattr(device, "type", device) == "cuda" else HostClock()
+
+
+RESOLVE_EVERY = 50  # steps whose marks are kept before they are read (and, on a GPU, waited for)
+
+
 class StepTimer:
-    def __init__(self, barrier: Callable[[], None], warmup: int):
+    def __init__(self, barrier: Callable[[], None], warmup: int, clock: HostClock | CudaClock | None = None):
         self.barrier, self.warmup = barrier, warmup
+        self.clock = clock or HostClock()
+        self._pending: list[list] = []  # each timed step's marks (start, then one per phase), not read yet
         self.steps = 0  # steps timed by this timer (after a resume: since the resume)
         self.step_ms: list[float] = []
         self.phase_ms = dict.fromkeys(PHASES, 0.0)
@@ -116,8 +166,9 @@ class StepTimer:
         self._io_window = self._io_end = None  # written_bytes() when the window opens and closes
         self._excluded_s = 0.0  # evaluation time inside the window
         self._excluded_total_s = 0.0
-        self._t0 = self._last = 0.0
-        self._current: dict[str, float] = {}
+        self._marks: list = []  # this step's marks: its start, then the end of each phase in PHASES' order
+        self._tokens = 0  # this step's tokens (a token task's input_ids), and the timed steps' (this rank's)
+        self.tokens_timed = 0
 
     def begin(self) -> None:
         self._t_begin = time.perf_counter()
@@ -125,25 +176,40 @@ class StepTimer:
             self._t_window, self._io_window = self._t_begin, written_bytes()
 
     def start_step(self) -> None:
-        self._t0 = self._last = time.perf_counter()
+        self._marks, self._tokens = [self.clock.mark()], 0
+
+    def count_tokens(self, tokens: int) -> None:
+        """The tokens this rank's step puts through the model (0 for a task without tokens)."""
+        self._tokens += tokens
 
     def mark(self, phase: str) -> None:
-        """The phase that ends now (one of PHASES) took the time since the previous mark."""
-        now = time.perf_counter()
-        self._current[phase] = (now - self._last) * 1e3
-        self._last = now
+        """The phase that ends now (the next of PHASES) took the time since the previous mark."""
+        assert phase == PHASES[len(self._marks) - 1], phase
+        self._marks.append(self.clock.mark())
 
     def end_step(self) -> None:
         self.steps += 1
         if self.first_step_unix is None:
             self.first_step_unix = time.time()
         if self.steps > self.warmup:
-            self.step_ms.append((self._last - self._t0) * 1e3)
-            for phase, ms in self._current.items():
-                self.phase_ms[phase] += ms
+            self.tokens_timed += self._tokens
+            self._pending.append(self._marks)
+            if len(self._pending) >= RESOLVE_EVERY:
+                self.resolve()
         if self.steps == self.warmup:
             self.barrier()
             self._t_window, self._io_window = time.perf_counter(), written_bytes()
+
+    def resolve(self) -> None:
+        """Read the marks of the steps timed since the last call: one wait, for the newest mark."""
+        if not self._pending:
+            return
+        self.clock.wait(self._pending[-1][-1])
+        for marks in self._pending:
+            self.step_ms.append(self.clock.ms(marks[0], marks[-1]))
+            for phase, start, end in zip(PHASES, marks[:-1], marks[1:], strict=True):
+                self.phase_ms[phase] += self.clock.ms(start, end)
+        self._pending = []
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[Span]:
@@ -159,19 +225,27 @@ class StepTimer:
     def finish(self) -> None:
         self.barrier()
         self._t_end, self._io_end = time.perf_counter(), written_bytes()
+        self.resolve()
 
     @property
     def steady_steps(self) -> int:
         return max(0, self.steps - self.warmup)
 
+    @property
+    def window_s(self) -> float:
+        """The timed window's training time: from the barrier after the warm-up to the one after the last step,
+        evaluations left out."""
+        return self._t_end - (self._t_window or self._t_begin) - self._excluded_s
+
     def summary(self, global_batch: int) -> dict:
-        window_s = self._t_end - (self._t_window or self._t_begin) - self._excluded_s
+        window_s = self.window_s
         steady = self.steady_steps
         n = max(1, steady)
         return {
             "warmup_steps": self.warmup,
             "samples_per_sec": global_batch * steady / window_s if window_s > 0 and steady else float("nan"),
             "step_time_ms": {"p50": percentile(self.step_ms, 0.5), "p90": percentile(self.step_ms, 0.9)},
+            "step_clock": self.clock.name,  # what the step times and the breakdown were taken on
             "step_breakdown_ms": {k: v / n for k, v in self.phase_ms.items()},
         }
 

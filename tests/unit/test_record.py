@@ -83,6 +83,7 @@ def test_the_record_is_built_from_the_value_training_left(monkeypatch):
         loss_history=[0.5, 0.25],
         memory={"params_bytes": 1},
         time_to_target_s=None,
+        compute={"micro_batch_flops": 4e6, "micro_batch_samples": 4, "micro_batch_tokens": None, "flops_counted": "x"},
     )
     timer = StepTimer(lambda: None, warmup=0)
     timer.begin()
@@ -95,3 +96,6 @@ def test_the_record_is_built_from_the_value_training_left(monkeypatch):
     assert (rec["data_fingerprints"], rec["memory_per_rank"], rec["dataset"]) == ([7], {"params_bytes": 1}, run.dataset)
     assert rec["param_checksum"] == float(sum(p.detach().double().sum() for p in model.parameters()))
     assert rec["link_rate"] == "none" and rec["launcher"] == "python" and rec["topology"]["rank_nodes"] == [0]
+    # no step timed: no rate, so no FLOP/s; on a CPU no peak is known
+    assert (rec["tokens_per_sec"], rec["achieved_tflops_per_device"], rec["mfu"], rec["peak_tflops"]) == (None,) * 4
+    assert rec["flops_counted"] == "x" and "cpu device" in rec["peak_source"]
