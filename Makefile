@@ -1,6 +1,6 @@
 # Every target sets up what it needs first (scripts/setup_env.sh is quick when already done).
 PY := .venv/bin/python
-.PHONY: setup demo test test-fast bench bench-bert bench-network bench-fsdp bench-deepspeed lint clean-venv
+.PHONY: setup demo test test-fast test-gpu bench bench-bert bench-network bench-fsdp bench-deepspeed lint clean-venv
 
 setup:
 	@bash scripts/setup_env.sh
@@ -24,7 +24,12 @@ test: setup
 	exit $$(( first || second ))
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not multiproc"
+	$(PY) -m pytest -q -m "not multiproc and not gpu"
+
+# The GPU tier (tests/gpu): where no CUDA device is, every test is reported as not run, by name. On the GPU machine
+# this project is lent at times, scripts/gpu_check.sh runs it with that machine's own python3 (docs/gpu.md).
+test-gpu: setup
+	$(PY) -m pytest -v -rs tests/gpu
 
 # Benchmarks (minutes; run on a quiet machine): results are written to docs/.
 bench: setup

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The device check, prepared to run once on a machine with one GPU (issue 37): that machine's own python3 and torch,
+# nothing fetched, no Horovod; the wheels of scripts/gpu_wheels.sh unpacked from ./wheelhouse where they came along.
+# It runs the GPU tier (tests/gpu) and a short compare of single and every backend that runs there, at world size 1
+# on the GPU, and writes everything under one folder: $OUT where the device tool sets it, else ./results/gpu-check.
+# Under 8 minutes on one H200 (each part has its own time limit). Exit status: the GPU tier's.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-results/gpu-check}
+mkdir -p "$out"
+PY=${PY:-python3}
+site=$(mktemp -d)
+if [ -d wheelhouse ]; then  # pure-Python wheels are zip files: unpacked, they import without pip
+    for w in wheelhouse/*.whl; do "$PY" -m zipfile -e "$w" "$site"; done
+fi
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 DISTBENCH_NO_DOWNLOAD=1 PYTHONUNBUFFERED=1
+{
+    date -u +"%Y-%m-%dT%H:%M:%SZ"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1
+    "$PY" -c 'import platform, torch; print(platform.python_version(), "torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))'
+    "$PY" -c 'import distbench, importlib.util as u; print("distbench imports; deepspeed:", bool(u.find_spec("deepspeed")), "horovod:", bool(u.find_spec("horovod")), "lightning_fabric:", bool(u.find_spec("lightning_fabric")))'
+} > "$out/machine.txt" 2>&1
+cat "$out/machine.txt"
+timeout 300 "$PY" -m pytest -v -rs -p no:cacheprovider tests/gpu -o addopts="--durations=20" 2>&1 | tee "$out/gpu-tier.log"
+tier=${PIPESTATUS[0]}
+backends=single,ddp,accelerate,fsdp,accelerate-fsdp,fabric
+"$PY" -c 'import deepspeed' 2>/dev/null && backends+=,deepspeed,accelerate-deepspeed
+timeout 200 "$PY" run.py compare --task synthetic-resnet --model resnet18 --image-size 64 --batch-size 64 \
+    --backends "$backends" --nprocs 1 --max-steps 20 --repeats 2 --out "$out/compare" 2>&1 | tail -40 | tee "$out/compare.log"
+echo "GPU tier exit status: $tier; results under $out"
+exit "$tier"
