@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from distbench.backends.base import Backend, ReduceOp, _own_generator
+from distbench.backends.base import Backend, ReduceOp
 from distbench.backends.ddp import bucket_cap_mb
 from distbench.process import LOOPBACK, PYTHON
 from distbench.sharding import GlobalBatchSampler
@@ -109,13 +109,7 @@ class AccelerateBackend(Backend):
         # Accelerate: hand it the loader of *global* batches (the rank-0-of-1 view); `prepare` shards
         # it. Adding our own per-rank sharding as well would shard twice.
         self._train_sampler = GlobalBatchSampler(len(dataset), global_batch, 0, 1, seed)
-        return DataLoader(
-            dataset,
-            batch_sampler=self._train_sampler,
-            collate_fn=collate,
-            generator=_own_generator(),
-            pin_memory=self.pin_memory,
-        )
+        return self.loader(dataset, collate, self._train_sampler)
 
     # eval_loader is the base one: Accelerate's prepared loaders pad the last batch with duplicates
     # (even_batches), so the test set is sharded by distbench and the sums are all-reduced instead.

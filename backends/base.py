@@ -134,19 +134,16 @@ class Backend:
     def train_loader(self, dataset: Dataset, collate: Callable, global_batch: int, seed: int) -> DataLoader:
         """This rank's loader over one seeded global order, global_batch / world samples per step."""
         self._train_sampler = GlobalBatchSampler(len(dataset), global_batch, self.rank, self.world_size, seed)
-        return DataLoader(
-            dataset,
-            batch_sampler=self._train_sampler,
-            collate_fn=collate,
-            generator=_own_generator(),
-            pin_memory=self.pin_memory,
-        )
+        return self.loader(dataset, collate, self._train_sampler)
 
     def eval_loader(self, dataset: Dataset, collate: Callable, batch_size: int) -> DataLoader:
         """This rank's strided share of the test set: every sample evaluated exactly once overall."""
-        sampler = EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size)
+        return self.loader(dataset, collate, EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size))
+
+    def loader(self, dataset: Dataset, collate: Callable, batches) -> DataLoader:
+        """A loader of the batches a batch sampler draws, on its own generator, pinned where the device wants it."""
         return DataLoader(
-            dataset, batch_sampler=sampler, collate_fn=collate, generator=_own_generator(), pin_memory=self.pin_memory
+            dataset, batch_sampler=batches, collate_fn=collate, generator=_own_generator(), pin_memory=self.pin_memory
         )
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
