@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The device check, prepared to run once on a machine with one GPU (issue 37): that machine's own python3 and torch,
 # nothing fetched, no Horovod; the wheels of scripts/gpu_wheels.sh unpacked from ./wheelhouse where they came along.
-# It runs the GPU tier (tests/gpu) and a short compare of single and every backend that runs there, at world size 1
-# on the GPU, and writes everything under one folder: $OUT where the device tool sets it, else ./results/gpu-check.
-# Under 8 minutes on one H200 (each part has its own time limit). Exit status: the GPU tier's.
+# It runs the GPU tier (tests/gpu), a short compare of single and every backend that runs there, at world size 1
+# on the GPU, and distbench against the hand-written loops (benchmarks/overhead.py's pairs, both timed to the GPU's
+# finished work) at world size 1, and writes everything under one folder: $OUT where the device tool sets it, else
+# ./results/gpu-check. Under 11 minutes on one H200 (each part has its own time limit). Exit status: the GPU tier's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-results/gpu-check}
@@ -27,5 +28,13 @@ backends=single,ddp,accelerate,fsdp,accelerate-fsdp,fabric
 "$PY" -c 'import deepspeed' 2>/dev/null && backends+=,deepspeed,accelerate-deepspeed
 timeout 200 "$PY" run.py compare --task synthetic-resnet --model resnet18 --image-size 64 --batch-size 64 \
     --backends "$backends" --nprocs 1 --max-steps 20 --repeats 2 --out "$out/compare" 2>&1 | tail -40 | tee "$out/compare.log"
+timeout 150 "$PY" - "$out/overhead.md" <<'EOF' 2>&1 | tee "$out/overhead.log"
+import sys, tempfile
+from pathlib import Path
+from benchmarks.overhead import overhead_rows, table
+with tempfile.TemporaryDirectory() as tmp:  # MNIST, ddp and accelerate x1 (no Horovod there), 2 pairs of 200 steps
+    rows = overhead_rows("mnist", ["ddp", "accelerate"], [1], 2, 200, Path(tmp), None)
+Path(sys.argv[1]).write_text("\n".join(table(rows)) + "\n")
+EOF
 echo "GPU tier exit status: $tier; results under $out"
 exit "$tier"

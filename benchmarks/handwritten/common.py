@@ -66,15 +66,31 @@ def pin(a: argparse.Namespace) -> list[int] | None:
     return cores
 
 
+def device(local_rank: int) -> torch.device:
+    """The examples' device: this process's GPU where the machine has GPUs (one per process, as the examples
+    assume), else the CPU."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    torch.cuda.set_device(local_rank)
+    return torch.device("cuda", local_rank)
+
+
+def pinned(dev: torch.device) -> bool:
+    """The examples pin the loader's host memory for a GPU, whose copies then run without blocking the host."""
+    return dev.type == "cuda"
+
+
 def mnist_loss(model, batch) -> torch.Tensor:
     return F.nll_loss(model(batch[0]), batch[1])
 
 
-def train_step(model, optimizer, loss, backward=torch.Tensor.backward):
-    """The examples' step: zero_grad, the batch's loss through `model` (the library's wrapper), backward (the
-    library's own where it has one), step."""
+def train_step(model, optimizer, loss, backward=torch.Tensor.backward, dev: torch.device | None = None):
+    """The examples' step: the batch to `dev` (None: the library's loader has put it there), zero_grad, the batch's
+    loss through `model` (the library's wrapper), backward (the library's own where it has one), step."""
 
     def step(batch) -> None:
+        if dev is not None:
+            batch = [t.to(dev, non_blocking=True) for t in batch]
         optimizer.zero_grad()
         backward(loss(model, batch))
         optimizer.step()
@@ -119,14 +135,22 @@ def mnist_in_memory() -> TensorDataset:
 
 
 class Window:
-    """Steady-state throughput: timing starts after `warmup` steps, between barriers."""
+    """Steady-state throughput: timing starts after `warmup` steps, between barriers, each process having waited for
+    its GPU's queue first, as distbench's timer does (distbench/training/timer.py): the window holds the device's
+    work, not the host's queueing of it."""
 
-    def __init__(self, warmup: int, barrier):
+    def __init__(self, warmup: int, barrier, dev: torch.device):
         self.warmup, self.barrier, self.start, self.steps = warmup, barrier, None, 0
+        self.dev = dev
+
+    def drained_barrier(self) -> None:
+        if self.dev.type == "cuda":
+            torch.cuda.synchronize(self.dev)
+        self.barrier()
 
     def step_done(self, step: int) -> None:
         if step == self.warmup:
-            self.barrier()
+            self.drained_barrier()
             self.start = time.perf_counter()
         elif step > self.warmup:
             self.steps += 1
@@ -135,7 +159,7 @@ class Window:
         self, a: argparse.Namespace, is_main: bool, world_size: int, cores: list[int] | None, spread: float
     ) -> None:
         """The main process prints one JSON line: throughput, steps, world size, threads, cores, rank spread."""
-        self.barrier()
+        self.drained_barrier()
         elapsed = time.perf_counter() - self.start
         if is_main:
             print(

@@ -9,23 +9,39 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from benchmarks.handwritten.common import Window, args, param_sample, pin, rank_spread, run_steps, train_step, workload
+from benchmarks.handwritten.common import (
+    Window,
+    args,
+    device,
+    param_sample,
+    pin,
+    pinned,
+    rank_spread,
+    run_steps,
+    train_step,
+    workload,
+)
 from distbench import leave
 
 
 def main():
     a = args()
     torch.set_num_threads(a.threads)
-    dist.init_process_group("gloo")
+    dev = device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     cores = pin(a)
     rank, world = dist.get_rank(), dist.get_world_size()
     model, dataset, collate, loss, optimizer_class = workload(a)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=0, drop_last=True)
-    loader = DataLoader(dataset, batch_size=a.batch_size // world, sampler=sampler, collate_fn=collate, drop_last=True)
-    model = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
+    per_process = a.batch_size // world
+    loader = DataLoader(
+        dataset, per_process, sampler=sampler, collate_fn=collate, drop_last=True, pin_memory=pinned(dev)
+    )
+    gpu = [dev.index] if dev.type == "cuda" else None
+    model = DDP(model.to(dev), device_ids=gpu, bucket_cap_mb=a.bucket_cap_mb)
     optimizer = optimizer_class(model.parameters(), lr=a.lr)
-    window = Window(a.warmup, dist.barrier)
-    run_steps(loader, a.steps, train_step(model, optimizer, loss), window, sampler)
+    window = Window(a.warmup, dist.barrier, dev)
+    run_steps(loader, a.steps, train_step(model, optimizer, loss, dev=dev), window, sampler)
     mine = param_sample(model)
     rows = [torch.empty_like(mine) for _ in range(world)]
     dist.all_gather(rows, mine)

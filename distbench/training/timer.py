@@ -1,11 +1,11 @@
 """Step timing: steady-state throughput, per-step percentiles and the phases of a step.
 
-The first `warmup` steps (start-up, allocator and thread-pool warm-up) are left out. The timed window
-opens with a barrier after them and closes with one after the last step, on the main process's wall
-clock; evaluations inside it are subtracted, so throughput is training alone. Over the same window it
-counts the bytes the process writes through system calls (`written_bytes`): on CPU/gloo, the gradient
-exchange and the libraries' coordination, which is how the record shows what accumulation and compression
-change on the wire.
+The first `warmup` steps (start-up, allocator and thread-pool warm-up) are left out. The timed window opens with a
+barrier after them and closes with one after the last step, on the main process's wall clock, each process having
+waited for its device's queue first; evaluations inside it are subtracted, so throughput is training alone. Over the
+same window it counts the bytes the process writes through system calls (`written_bytes`): on CPU/gloo, the gradient
+exchange and the libraries' coordination, which is how the record shows what accumulation and compression change on
+the wire.
 
 The phases and the per-step times are taken on the clock of the device that does the work (`device_clock`): on a
 CPU the host's, on a GPU CUDA events recorded on the current stream. A GPU runs its kernels after the host has
@@ -124,6 +124,9 @@ class HostClock:
     def wait(self, mark: float) -> None:
         """Nothing to wait for: a host mark is taken when its work is done."""
 
+    def drain(self) -> None:
+        """Nothing queued: the host's work is done when its calls return."""
+
 
 class CudaClock:
     """Marks on the device's clock: a CUDA event recorded on the current stream, which the device reaches once the
@@ -143,6 +146,14 @@ class CudaClock:
 
     def wait(self, mark) -> None:
         mark.synchronize()  # the host waits for this mark alone (the queue before it), not for the whole device
+
+    def drain(self) -> None:
+        """Wait until the device has done what this process queued on its stream: before the barrier that opens or
+        closes the timed window, whose wall clock would otherwise miss the device's last steps (NCCL's barrier waits
+        for the stream, gloo's, where processes share a GPU, does not)."""
+        import torch
+
+        torch.cuda.current_stream().synchronize()
 
 
 def device_clock(device) -> HostClock | CudaClock:
@@ -197,6 +208,7 @@ class StepTimer:
             if len(self._pending) >= RESOLVE_EVERY:
                 self.resolve()
         if self.steps == self.warmup:
+            self.clock.drain()
             self.barrier()
             self._t_window, self._io_window = time.perf_counter(), written_bytes()
 
@@ -223,6 +235,7 @@ class StepTimer:
             self._excluded_s += span.seconds
 
     def finish(self) -> None:
+        self.clock.drain()
         self.barrier()
         self._t_end, self._io_end = time.perf_counter(), written_bytes()
         self.resolve()

@@ -62,6 +62,9 @@ class StreamClock(CudaClock):
         self.waits += 1
         assert mark.reached.wait(10)
 
+    def drain(self) -> None:
+        assert Event(self.stream).reached.wait(10)  # what the stream.synchronize() of CudaClock.drain does
+
 
 def timed_run(clock, work, steps: int, warmup: int = 2) -> StepTimer:
     """`steps` steps of PHASE_S's work, each phase ended by the timer's mark, as training/loop.py marks them."""
@@ -112,6 +115,16 @@ def test_the_device_is_waited_for_once_per_resolve_every_steps_never_per_step(mo
     timer = timed_run(clock, lambda s: None, steps=45, warmup=5)
     assert clock.waits == 4  # 40 timed steps: after each 10th (at the end none is left to wait for)
     assert len(timer.step_ms) == timer.steady_steps == 40
+
+
+def test_the_timed_window_waits_for_the_devices_work_before_it_opens_and_closes():
+    """The wall-clock window (samples/s) holds the device's work of its steps, not the host's queueing of them: the
+    warm-up's queued work is done before the window opens, the last step's before it closes."""
+    stream = Stream()
+    timer = timed_run(StreamClock(stream), stream.sleep, steps=8, warmup=3)
+    work_s = timer.steady_steps * sum(PHASE_S.values())
+    print(f"window {timer.window_s:.3f} s for {work_s:.3f} s of the device's work")
+    assert work_s * 0.99 <= timer.window_s < work_s * 1.5
 
 
 def test_cuda_devices_are_timed_on_cuda_events_others_on_the_host():
