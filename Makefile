@@ -11,17 +11,19 @@ setup:
 demo: setup
 	$(PY) run.py compare --task mnist --backends single,ddp,accelerate,horovod --nprocs 2 --max-steps 100 --repeats 5 --out results/demo-$$(date +%Y%m%d-%H%M%S)
 
-# The tiers in two passes. First, three at a time, each module on one worker: the unit and CLI tests (one process
-# each, on 1 core), the benchmark scripts' smoke tests and the Slurm tests, which assert what was written and
-# computed, never how fast: sharing the cores only slows them, and their launches leave a core idle at times (a
-# launcher starting, a rendezvous, Slurm's polling), which the others fill (measured: 5.5-5.9 min, against 6.6 min
-# for the same tests one pass after another; the pass is then mostly CPU-bound). Then the multi-process tier alone, one
-# test at a time: its runs take the machine's cores, and some of its checks are of rates (a shaped link's) that a
-# busy machine would change. Both passes run whatever the first gives; the exit status is a failure if either failed.
+# The tiers in three passes, sharing one folder of launched runs (tests/conftest.shared_folder: a run that several
+# tests check is launched once). First, three at a time, each module on one worker: the unit and CLI tests (one
+# process each, on 1 core), the benchmark scripts' smoke tests and the Slurm tests, which assert what was written and
+# computed, never how fast. Then the multi-process tier two at a time, each module on one worker: alone, one test at
+# a time, it kept 1.4 of the 2 cores busy on average (each launch starts with its launcher alone on one core), and
+# none of its checks there depends on the machine being otherwise idle. Last, alone, the tests marked `alone`, whose
+# checks do (a shaped link's rate, the host's network namespaces). The exit status is a failure if any pass failed.
 test: setup
+	@shared=$$(mktemp -d); export DISTBENCH_TEST_SHARED=$$shared; \
 	$(PY) -m pytest -q -n 3 --dist loadfile tests/unit tests/cli tests/benchmarks tests/slurm; first=$$?; \
-	$(PY) -m pytest -q tests/multiproc; second=$$?; \
-	exit $$(( first || second ))
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not alone" tests/multiproc; second=$$?; \
+	$(PY) -m pytest -q -m alone tests/multiproc; third=$$?; \
+	rm -rf "$$shared"; exit $$(( first || second || third ))
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not multiproc and not gpu"

@@ -1,5 +1,6 @@
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -77,21 +78,40 @@ MNIST_ARGS = [
 ]
 
 
+def shared_folder(tmp_path_factory) -> Path:
+    """Where launched runs are kept for every test that checks them: DISTBENCH_TEST_SHARED where `make test` sets it
+    (one folder for all its passes, removed at its end), else this pytest session's own (shared by its xdist workers,
+    which each have a session of their own)."""
+    if os.environ.get("DISTBENCH_TEST_SHARED"):
+        return Path(os.environ["DISTBENCH_TEST_SHARED"])
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def mnist_run(tmp_path_factory):
     """`mnist_run(backend, world_size, *options)`: the record of a real launched MNIST run (dropout off, global
-    batch 64, 1 thread per process, MNIST_STEPS steps), run once per session and shared by the test modules
-    that check it (equivalence in multiproc/test_equivalence.py, accumulation and compression in test_knobs.py)."""
+    batch 64, 1 thread per process, MNIST_STEPS steps), run once and shared by the test modules that check it
+    (equivalence in multiproc/test_equivalence.py, accumulation and compression in test_knobs.py, ...): the first
+    process that asks for it runs it, under a lock, and the others read its record (shared_folder)."""
+    from filelock import FileLock
+
     from tests.helpers import child_env, launch, read_record, run_cmd
 
+    runs = shared_folder(tmp_path_factory) / "mnist-runs"
+    runs.mkdir(parents=True, exist_ok=True)
     cache: dict = {}
 
     def get(backend: str, n: int, *options: str) -> dict:
         key = (backend, n, options)
         if key not in cache:
-            tmp = tmp_path_factory.mktemp(f"{backend}-x{n}")
-            out = tmp / "r.json"
-            run_cmd(launch(backend, n, [*MNIST_ARGS, *options, "--output", str(out)]), timeout=240, env=child_env(tmp))
+            folder = runs / "-".join([backend, f"x{n}", *(o.lstrip("-") for o in options)])
+            out = folder / "r.json"
+            with FileLock(f"{folder}.lock"):
+                if not out.is_file():  # a record is written whole (atomically) or not at all
+                    folder.mkdir(exist_ok=True)
+                    cmd = launch(backend, n, [*MNIST_ARGS, *options, "--output", str(out)])
+                    run_cmd(cmd, timeout=240, env=child_env(folder))
             cache[key] = read_record(out)
         return cache[key]
 

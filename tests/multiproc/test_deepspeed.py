@@ -4,6 +4,7 @@ resumes exactly. (Stage 0 under every check of the other backends: test_equivale
 check-task; stage 3 on the tiny BERT: test_bert; bf16: test_fsdp's bf16 test.)"""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,16 @@ def shm_segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("deepspeed_allreduce_buffer_*")}
 
 
+def leaked_segments(before: set[str]) -> set[str]:
+    """The segments that appeared since `before` and are still there 10 s later. A run unlinks its own as soon as
+    every rank has mapped them, early in its start-up (a run of another test, which `make test` may run beside this
+    one, holds its own for that long at most); a leaked segment stays: each name holds its job's port."""
+    new = shm_segments() - before
+    if new:
+        time.sleep(10)
+    return new & shm_segments()
+
+
 @pytest.fixture(scope="module")
 def zero_sweep(tmp_path_factory) -> dict:
     """One sweep over --zero-stage 1,2,3 of DeepSpeed started by its own launcher, each step 4 micro-batches
@@ -37,7 +48,7 @@ def zero_sweep(tmp_path_factory) -> dict:
     run_in(tmp, [*cmd, "--out", str(out)], timeout=560)
     through = [*SETTINGS.split(), "--zero-stage", "2", "--no-progress", "--output", str(plugin)]
     run_in(tmp, launch("accelerate-deepspeed", 2, through), timeout=240)
-    assert shm_segments() <= segments  # none of DeepSpeed's 66 MB segments per rank left in RAM
+    assert not leaked_segments(segments)  # none of DeepSpeed's 66 MB segments per rank left in RAM
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
     by = {(r["backend"], r["config"]["zero_stage"]): r for r in recs if r["backend"] != "single"}
@@ -117,7 +128,7 @@ def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_p
     killed = run_cmd(launch("deepspeed", 2, args, DEEPSPEED), timeout=240, env=fault, expect_rc=None)
     assert killed.returncode != 0 and not out.exists()
     assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == [f"step{every}"]
-    assert shm_segments() <= segments  # a killed run leaves none either
+    assert not leaked_segments(segments)  # a killed run leaves none either
     again = run_cmd(launch("deepspeed", 2, args, DEEPSPEED), timeout=240, env=child_env(tmp_path))
     assert "resuming from" in again.stderr and f"at step {every}" in again.stderr
     straight, resumed = zero_sweep["deepspeed", 2], read_record(out)

@@ -22,6 +22,7 @@ def node_namespaces() -> list[str]:
     return [name for name in listed if name.startswith("dbn-")]
 
 
+@pytest.mark.alone  # a rate, which another run beside it would change
 @pytest.mark.timeout(200)
 def test_a_per_node_link_carries_its_rate_each_way_at_once(tmp_path):
     """4 MB from node 0 to node 1 takes at least 4 MB / 100 Mbit/s less one token bucket (10 ms); 4 MB each way at
@@ -32,9 +33,10 @@ def test_a_per_node_link_carries_its_rate_each_way_at_once(tmp_path):
     print(f"floor {row['floor_s']:.3f} s, one way {alone:.3f} s, both ways {both:.3f} s")
     assert alone >= row["floor_s"] - 0.01
     assert both / alone < 1.4
-    assert not node_namespaces()
+    assert not node_namespaces()  # alone: no other run makes any
 
 
+@pytest.mark.alone  # rates, which another run beside it would change
 @pytest.mark.timeout(400)
 def test_commbench_times_every_library_across_per_node_links(tmp_path):
     """Each library with its fp16 compression, on CPU ranks also under load, on a 100 Mbit/s link per node. 4 MiB of
@@ -84,7 +86,7 @@ def test_compare_trains_every_library_on_per_node_links(tmp_path, mnist_run):
     reproduces its own 1 node x 2 run (mnist_run's first steps: the same batch, dropout off), with each rank on its
     node's cores, and each record's link as its processes found their namespace (the sweep fails a run whose link is
     not the planned one). (test_nodes checks the same without a link, for ddp.)"""
-    out = tmp_path / "sweep"
+    out, before = tmp_path / "sweep", set(node_namespaces())
     cmd = py(
         f"run.py compare --backends {','.join(LAUNCHERS)} --nodes 2 --nprocs 1 --link-mode per-node "
         "--link-rate 1gbit --max-steps 8 --dropout 0 --out",
@@ -106,9 +108,10 @@ def test_compare_trains_every_library_on_per_node_links(tmp_path, mnist_run):
         assert (topo["local_world_size"], topo["simulated"], topo["rank_nodes"]) == (1, True, [0, 1])
         assert topo["rank_cores"] == topo["node_cores"] and not set(topo["rank_cores"][0]) & set(topo["rank_cores"][1])
         assert r["environment"]["threads_per_process"] == len(topo["node_cores"][0])  # threads from the share
-    assert not node_namespaces()
+    assert not set(node_namespaces()) - before  # its own removed (`make test` runs no other that makes any beside it)
 
 
+@pytest.mark.alone  # every node namespace of this machine: none other may be made meanwhile
 @pytest.mark.timeout(200)
 def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(tmp_path):
     """SIGKILL leaves a run no chance to clean up, and named namespaces outlive their process: the next run that

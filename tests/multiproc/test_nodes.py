@@ -40,6 +40,7 @@ def test_two_simulated_nodes_reproduce_one_node_of_two(tmp_path, mnist_run, back
 
 
 @pytest.mark.multiproc
+@pytest.mark.alone  # an unshaped all-reduce's speed, which another run beside it would change
 @pytest.mark.timeout(200)
 def test_a_shaped_link_slows_an_all_reduce_to_its_rate(tmp_path):
     """A 4 MB all-reduce between 2 processes: at least 0.3 s over 100 Mbit/s (4 MB x 8 / 1e8 = 0.34 s even if
@@ -54,6 +55,7 @@ def test_a_shaped_link_slows_an_all_reduce_to_its_rate(tmp_path):
 
 
 @pytest.mark.multiproc
+@pytest.mark.alone  # a rate, which another run beside it would change
 @pytest.mark.timeout(300)
 def test_simulate_runs_one_job_over_a_shaped_link_and_records_the_rate(tmp_path):
     out = tmp_path / "r.json"
