@@ -131,6 +131,8 @@ def cases(tmp: Path) -> list[Case]:
             "simulate: more horovodrun nodes than local host names",
             ["simulate", "--backend", "horovod", "--nodes", "3"],
         ),
+        Case("profile: an output that is not a .json file", ["profile", "--output", str(tmp / "p.txt")]),
+        Case("profile: no step to measure", ["profile", "--output", str(tmp / "p.json"), "--steps", "0"]),
         Case("slurm-script: a time limit out of Slurm's forms", ["slurm-script", "--time", "25:99:99", "--out", "r"]),
         Case(
             "slurm-script: --nprocs beside another --gpus-per-node",

@@ -1,5 +1,6 @@
-"""Smoke tests of benchmarks/accuracy.py, benchmarks/bert_accuracy.py and benchmarks/startup.py, so that they do
-not rot. No speed assertions: only that they run end to end and write their tables."""
+"""Smoke tests of benchmarks/accuracy.py, benchmarks/bert_accuracy.py, benchmarks/startup.py and
+benchmarks/profile_check.py, so that they do not rot. No speed assertions: only that they run end to end and write
+their tables."""
 
 import sys
 
@@ -53,3 +54,18 @@ def test_startup_benchmark_writes_its_section(tmp_path):
     text = out.read_text()
     assert "## Other\n\nkept" in text and "| single x1 | python |" in text
     assert "| backend | launcher | imports | process group | data | build | first step | total |" in text
+
+
+@pytest.mark.timeout(300)
+def test_profile_check_writes_its_section_and_says_what_the_ratios_show(tmp_path):
+    from benchmarks.profile_check import verdict
+
+    out = tmp_path / "emulation.md"
+    out.write_text("# Emulation\n\n## Other\n\nkept\n")
+    cmd = [sys.executable, "-m", "benchmarks.profile_check", "--pairs", "1", "--steps", "3", "--out", str(out)]
+    run_in(tmp_path, cmd, timeout=240)
+    text = out.read_text()
+    assert "## Other\n\nkept" in text and "| 1 | " in text and "Median ratio" in text
+    assert verdict([0.97, 1.02]).startswith("the pairs fall on both sides of 1")
+    assert "longer than the run's in every pair" in verdict([1.1, 1.2])
+    assert "shorter than the run's in every pair" in verdict([0.8, 0.9])

@@ -80,3 +80,20 @@ def test_commbench_on_the_gpu(tmp_path, nprocs):
     run_cmd([*cmd, "--out", str(out)], timeout=300, env=child_env(tmp_path))
     rows = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
     assert {r["size_bytes"] for r in rows} == {4096, 4194304} and all(r["time_s"] > 0 for r in rows), rows
+
+
+def test_profile_times_each_module_on_the_device_clock(tmp_path):
+    """`run.py profile` on the GPU: CUDA events, every ResNet-18 module that owns parameters timed forward and
+    backward, and the step's forward+backward within 10 % of the run's own phase (the same micro-batch, one process;
+    the check the CPU's is in docs/emulation.md)."""
+    out = tmp_path / "p.json"
+    args = "--task synthetic-resnet --model resnet18 --image-size 64 --batch-size 32 --steps 20"
+    run_cmd(py(f"run.py profile --output {out} {args}"), timeout=300, env=child_env(tmp_path))
+    p = json.loads(out.read_text())
+    assert (p["clock"], p["device"]) == ("cuda-events", "cuda:0") and len(
+        p["modules"]
+    ) == 41  # 20 convolutions, 20 batch norms, fc
+    assert all(m["forward"]["median_s"] > 0 and m["backward"]["median_s"] > 0 for m in p["modules"])
+    rec = run(tmp_path, "single", 1, "--max-steps", "40")
+    step = rec["step_breakdown_ms"]["forward_backward_ms"] / 1e3
+    assert abs(p["forward"]["median_s"] + p["backward"]["median_s"] - step) < 0.1 * step

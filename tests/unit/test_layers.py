@@ -1,14 +1,14 @@
 """The package's layers: a module imports only from its own concern or from a lower layer (docs/architecture.md).
 
     core (distbench, errors, config, sharding, records, process, machine, torchelastic) < models, data
-    < backends, tasks < launching < training < sweep < planning < cli
+    < backends, tasks < launching < training < sweep < planning, emulation < cli
 
-Concerns of the same layer (models and data; backends and tasks) do not import each other. The libraries' adapters,
-the models and the data stand at the top of the repository (backends/, models/, data/) and are imported as
-distbench.backends, distbench.models and distbench.data, never by their bare names (which would load them twice);
-they are checked as the layers they are, their files found through the links distbench/<folder> -> ../<folder>.
-The backends stand below launching: what a process was told by its launcher is the core's (distbench/process.py),
-and launching reads the registry's launcher names, never the other way round."""
+Concerns of the same layer (models and data; backends and tasks; planning and emulation) do not import each other. The
+libraries' adapters, the models and the data stand at the top of the repository (backends/, models/, data/) and are
+imported as distbench.backends, distbench.models and distbench.data, never by their bare names (which would load them
+twice); they are checked as the layers they are, their files found through the links distbench/<folder> -> ../<folder>.
+The backends stand below launching: what a process was told by its launcher is the core's (distbench/process.py), and
+launching reads the registry's launcher names, never the other way round."""
 
 import ast
 from pathlib import Path
@@ -28,6 +28,7 @@ CONCERNS = [
     ("training", ("distbench.training",), 4),
     ("sweep", ("distbench.sweep",), 5),
     ("planning", ("distbench.planning",), 6),
+    ("emulation", ("distbench.emulation",), 6),
     ("cli", ("distbench.cli",), 7),
 ]
 
