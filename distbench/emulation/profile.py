@@ -146,15 +146,18 @@ class Measured:
         self.backward.append(s(marks.forward_end, marks.backward_end))
         self.optimizer.append(s(marks.backward_end, marks.optimizer_end))
         for i, (f0, f1) in marks.forward.items():
-            got = self.modules.setdefault(
-                i, {k: [] for k in ("forward_start", "forward", "backward_start", "backward")}
-            )
+            got = self.modules.setdefault(i, {k: [] for k in SERIES})
             got["forward_start"].append(s(marks.start, f0))
             got["forward"].append(s(f0, f1))
             b0, b1 = marks.backward.get(i, [None, None])
             if b0 is not None and b1 is not None:
                 got["backward_start"].append(s(marks.forward_end, b0))
                 got["backward"].append(s(b0, b1))
+
+
+def nbytes(params) -> int:
+    """The bytes of these parameters, as they are held."""
+    return sum(p.numel() * p.element_size() for p in params)
 
 
 def spread(values: list[float]) -> dict:
@@ -180,12 +183,9 @@ def measure(cfg: RunConfig, steps: int, warmup: int) -> tuple[dict, list[dict]]:
     from distbench.training.reporter import Reporter
     from distbench.training.timer import StartupClock, device_clock
 
-    launch = process.current()
-    if launch.world_size != 1:
-        raise UserError(f"profile runs in one process (it was started as {launch.world_size}): run it with python")
     torch.set_num_threads(cfg.threads)
     task = build_task(cfg)
-    backend = get_spec("single").load()(launch, precision=cfg.precision)
+    backend = get_spec("single").load()(process.current(), precision=cfg.precision)
     backend.setup()
     parts = build(task, backend, cfg, Reporter(False, False), StartupClock())
     clock = device_clock(backend.device)
@@ -217,7 +217,7 @@ def measure(cfg: RunConfig, steps: int, warmup: int) -> tuple[dict, list[dict]]:
 
 def _run_facts(cfg: RunConfig, backend, parts, clock, measured: Measured) -> dict:
     device = backend.device
-    param_bytes = sum(p.numel() * p.element_size() for p in parts.model.parameters() if p.requires_grad)
+    param_bytes = nbytes(p for p in parts.model.parameters() if p.requires_grad)
     optimizer = spread(measured.optimizer)
     return {
         "task": cfg.task,
@@ -260,13 +260,10 @@ def _modules(hooks: ModuleHooks, measured: Measured) -> list[dict]:
             {
                 "name": name,
                 "type": type(module).__name__,
-                "param_bytes": sum(p.numel() * p.element_size() for p in own),
-                "grad_bytes": sum(p.numel() * 4 for p in own),  # float32 gradients, as they are reduced
+                "param_bytes": nbytes(own),
+                "grad_bytes": nbytes(own),  # what a library exchanges: each gradient has its parameter's dtype
                 "inside": holders[name],
-                "forward_start": spread(got.get("forward_start", [])),
-                "forward": spread(got.get("forward", [])),
-                "backward_start": spread(got.get("backward_start", [])),
-                "backward": spread(got.get("backward", [])),
+                **{k: spread(got.get(k, [])) for k in SERIES},
             }
         )
     return out
@@ -274,11 +271,15 @@ def _modules(hooks: ModuleHooks, measured: Measured) -> list[dict]:
 
 def profile(cfg: RunConfig, steps: int, warmup: int, output: Path) -> dict:
     """The command: check, measure, write the profile (atomically) and return it."""
+    from distbench import process
     from distbench.config import check_output_writable, validate
     from distbench.machine import default_threads
     from distbench.records import write_json
     from distbench.tasks import with_defaults
 
+    world = process.current().world_size
+    if world != 1:
+        raise UserError(f"profile runs in one process (it was started as {world}): run it with python")
     if steps < 1 or warmup < 0:
         raise UserError(f"--steps must be at least 1 and --warmup at least 0, got {steps} and {warmup}")
     if output.suffix != ".json":
