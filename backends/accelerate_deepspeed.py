@@ -13,7 +13,6 @@ and its backward() marks the accumulation boundary and steps the engine at it al
 from __future__ import annotations
 
 import contextlib
-import os
 
 import torch
 from accelerate import PartialState
@@ -22,7 +21,7 @@ from torch import nn
 
 from distbench.backends.accelerate_backend import AccelerateBackend
 from distbench.backends.deepspeed_backend import ZeroEngine, deepspeed_module, ds_config
-from distbench.process import LOOPBACK, PYTHON, free_port
+from distbench.process import PYTHON, world_of_one
 
 
 class AccelerateDeepSpeedBackend(ZeroEngine, AccelerateBackend):
@@ -37,9 +36,7 @@ class AccelerateDeepSpeedBackend(ZeroEngine, AccelerateBackend):
     def before_accelerator(self) -> None:
         deepspeed_module()  # DeepSpeed: its accelerator is chosen at its first import (DS_ACCELERATOR on a CPU)
         if self.launch.launcher == PYTHON:
-            # DeepSpeed: its engine needs a process group even for one process: a world of one on loopback
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR=LOOPBACK)
-            os.environ.setdefault("MASTER_PORT", str(free_port()))
+            world_of_one()  # DeepSpeed: its engine needs a process group even for one process
         if not torch.cuda.is_available():
             PartialState(backend="gloo")  # Accelerate: the ranks' group on a CPU (module docstring)
 

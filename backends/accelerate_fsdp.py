@@ -14,7 +14,8 @@ from torch import nn
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 
 from distbench.backends.accelerate_backend import AccelerateBackend
-from distbench.backends.fsdp import FullStateDicts, mixed_precision_policy
+from distbench.backends.fsdp import FullStateDicts, batch_norms_in_fp32, mixed_precision_policy, rebind_optimizer
+from distbench.process import PYTHON, world_of_one
 
 
 class AccelerateFSDPBackend(FullStateDicts, AccelerateBackend):
@@ -34,6 +35,13 @@ class AccelerateFSDPBackend(FullStateDicts, AccelerateBackend):
         )
         return {"fsdp_plugin": self._fsdp_plugin}
 
+    def before_accelerator(self) -> None:
+        if self.launch.launcher == PYTHON:
+            # Accelerate: FSDP only in a distributed state; `accelerate launch --use_fsdp` gives even one process
+            # torchrun's variables (its multi_gpu_launcher), plain python none, and one process would then run
+            # without FSDP and without the plugin's bf16 (DistributedType.NO ignores the plugin): a world of one
+            world_of_one()
+
     def after_accelerator(self) -> None:
         state = self.accelerator.state
         if state.distributed_type is DistributedType.MULTI_CPU:
@@ -51,6 +59,9 @@ class AccelerateFSDPBackend(FullStateDicts, AccelerateBackend):
         # (the policy function itself: the plugin turns its string names into functions only when it is made)
         self._fsdp_plugin.auto_wrap_policy = transformer_auto_wrap_policy if names else None
         self._fsdp_plugin.transformer_cls_names_to_wrap = names or None
+        model, before = model.to(self.device), dict(model.named_parameters())
+        batch_norms_in_fp32(model, self._fsdp_plugin.mixed_precision_policy)  # units before Accelerate makes its own
+        rebind_optimizer(optimizer, before, dict(model.named_parameters()))  # Accelerate maps the parameters it shards
         return self.accelerator.prepare(model, optimizer, train_loader)  # Accelerate: rebinds the optimizer itself
 
     def autocast(self):

@@ -14,7 +14,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from distbench.backends.base import Backend, ReduceOp
 from distbench.errors import UserError
-from distbench.process import LOOPBACK, PYTHON, SRUN, free_port
+from distbench.process import PYTHON, SRUN, world_of_one
 from distbench.torchelastic import init_process_group
 
 # DDP: gloo has no AVG; it is a SUM divided by the world size (the same result as NCCL's AVG).
@@ -77,10 +77,7 @@ class DDPBackend(Backend):
 
     def setup(self) -> None:
         if self.launch.launcher == PYTHON:
-            # DDP: plain `python run.py --backend ddp` is a world of one; give it a private rendezvous
-            # on loopback so that nothing listens on other interfaces.
-            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR=LOOPBACK)
-            os.environ.setdefault("MASTER_PORT", str(free_port()))
+            world_of_one()  # DDP: plain `python run.py --backend ddp` is a world of one
         elif self.launch.launcher == SRUN:
             # DDP: srun's tasks are the processes; torch's env:// rendezvous reads its own variables from Slurm's
             if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:

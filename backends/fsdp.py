@@ -40,6 +40,20 @@ def mixed_precision_policy(precision: str, grad_compression: str) -> MixedPrecis
     )
 
 
+def batch_norms_in_fp32(model: nn.Module, policy: MixedPrecisionPolicy) -> None:
+    """Under a bf16 policy, each BatchNorm a unit of its own that computes in fp32 (its input stays bf16).
+
+    # FSDP: its MixedPrecisionPolicy casts every parameter of a unit to bf16, BatchNorm's weights too, while its
+    # running statistics (buffers) stay fp32, and batch_norm refuses the mix ("expected scalar type BFloat16 but
+    # found Float"); FSDP1 kept BatchNorm out of mixed precision by default (MixedPrecision's
+    # _module_classes_to_ignore), each BatchNorm then a unit of its own: the same here, before the other units."""
+    if policy.param_dtype is None:
+        return
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            fully_shard(module, mp_policy=MixedPrecisionPolicy(reduce_dtype=policy.reduce_dtype))
+
+
 class FullStateDicts:
     """Checkpoints of a sharded model as full state dicts (the whole tensors, on the main process's CPU), through
     torch.distributed.checkpoint.state_dict: the form every backend saves and loads, so a checkpoint written sharded
@@ -70,10 +84,11 @@ class FSDPBackend(FullStateDicts, DDPBackend):
         before = dict(model.named_parameters())
         # FSDP: bf16 and 16-bit gradient reduction are its own MixedPrecisionPolicy, not autocast (off under fsdp)
         policy = mixed_precision_policy(self.precision, self.grad_compression)
+        batch_norms_in_fp32(model, policy)
         for unit in shard_units:  # inner units first: each all-gathers and frees its own parameters
             fully_shard(unit, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
-        _rebind(optimizer, before, dict(model.named_parameters()))
+        rebind_optimizer(optimizer, before, dict(model.named_parameters()))
         return model, optimizer, train_loader
 
     def accumulation(self, model: nn.Module, sync: bool):
@@ -92,7 +107,7 @@ class FSDPBackend(FullStateDicts, DDPBackend):
         raise NotImplementedError("fsdp reduce-scatters its gradients; commbench times the all-reducing libraries")
 
 
-def _rebind(optimizer, before: dict[str, nn.Parameter], after: dict[str, nn.Parameter]) -> None:
+def rebind_optimizer(optimizer, before: dict[str, nn.Parameter], after: dict[str, nn.Parameter]) -> None:
     """Point an optimizer that has not stepped yet at the sharded parameters that replaced the ones it was built
     over: the optimizer the task built, over the sharded parameters, as if built after fully_shard."""
     new = {id(before[name]): after[name] for name in before}

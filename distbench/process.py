@@ -40,6 +40,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def world_of_one() -> None:
+    """torch's env:// variables for one process started without a launcher (plain `python`): a world of one with a
+    private rendezvous on loopback, so that a library that needs a process group even for one process has one and
+    nothing listens on other interfaces."""
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR=LOOPBACK)
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+
+
 @dataclass(frozen=True)
 class LaunchEnv:
     """What the launcher told this process, read before any process group exists.

@@ -8,6 +8,12 @@ hooks, the moment a data-parallel library may send them), each step; and the opt
 Marks are taken on the device's clock (training/timer.device_clock: CUDA events on a GPU, read once per step after it
 ends; the host's clock on a CPU, where a call's work is done when it returns).
 
+The hooks cost host time: little beside a CPU's computation, but a GPU's small kernels can be bound by how fast the
+host queues them, and there the hooks lengthened a ResNet-18 step (micro-batch 32, 64x64, an H200) from 9.7 to
+19.9 ms. So steps with the hooks and steps without them alternate: the step's forward, backward and optimizer are
+the hook-free steps', the modules' the hooked steps', and `hooked` says what the hooks did to the step (an emulator
+scales the modules' times by `module_scale` to replay the hook-free step).
+
 The step is the run's own (training/loop.build with the single backend: the task's model, optimizer, loader and
 precision, at --batch-size as the micro-batch); the profile is one JSON object (`KIND`), with the device, batch,
 precision and the command that measured it. A module's times include those of any module inside it that owns
@@ -86,6 +92,10 @@ class ModuleHooks:
         self.marks = StepMarks()
         self.order: list[int] = []  # owners by their forward's first start
         self._handles = []
+        self.attach()
+
+    def attach(self) -> None:
+        """The hooks on every owner (a step without them: `remove`, then `attach` again)."""
         for i, (_, module) in enumerate(self.named):
             self._handles.append(module.register_forward_pre_hook(self._forward_start(i)))
             self._handles.append(module.register_forward_hook(self._forward_end(i)))
@@ -127,6 +137,7 @@ class ModuleHooks:
     def remove(self) -> None:
         for h in self._handles:
             h.remove()
+        self._handles = []
 
 
 @dataclass
@@ -138,13 +149,16 @@ class Measured:
     backward: list[float] = field(default_factory=list)
     optimizer: list[float] = field(default_factory=list)
     modules: dict[int, dict[str, list[float]]] = field(default_factory=dict)
+    hooked: Measured | None = None  # the hooked steps' own three parts, where steps without hooks were measured too
 
     def add(self, marks: StepMarks, clock) -> None:
+        """A step's marks: a hook-free step's three parts (`hooked` takes a hooked step's), each owner's."""
         clock.wait(marks.optimizer_end)
         s = lambda a, b: clock.ms(a, b) / 1e3  # noqa: E731
-        self.forward.append(s(marks.start, marks.forward_end))
-        self.backward.append(s(marks.forward_end, marks.backward_end))
-        self.optimizer.append(s(marks.backward_end, marks.optimizer_end))
+        parts = self.hooked if self.hooked is not None and marks.forward else self
+        parts.forward.append(s(marks.start, marks.forward_end))
+        parts.backward.append(s(marks.forward_end, marks.backward_end))
+        parts.optimizer.append(s(marks.backward_end, marks.optimizer_end))
         for i, (f0, f1) in marks.forward.items():
             got = self.modules.setdefault(i, {k: [] for k in SERIES})
             got["forward_start"].append(s(marks.start, f0))
@@ -190,11 +204,14 @@ def measure(cfg: RunConfig, steps: int, warmup: int) -> tuple[dict, list[dict]]:
     parts = build(task, backend, cfg, Reporter(False, False), StartupClock())
     clock = device_clock(backend.device)
     model, optimizer = parts.model, parts.optimizer
-    hooks, measured = ModuleHooks(model, clock), Measured()
+    hooks, measured = ModuleHooks(model, clock), Measured(hooked=Measured())
     if not hooks.named:
         raise UserError(f"the task's model ({type(model).__name__}) has no parameter that trains: nothing to profile")
     batches = iter(parts.train_loader)
-    for step in range(warmup + steps):
+    for step in range(2 * (warmup + steps)):  # hooked and hook-free steps in turn (module docstring)
+        hooks.remove()
+        if step % 2 == 0:
+            hooks.attach()
         batch = next(batches, None)
         if batch is None:  # an epoch ended: the next one, as training goes on
             batches = iter(parts.train_loader)
@@ -209,7 +226,7 @@ def measure(cfg: RunConfig, steps: int, warmup: int) -> tuple[dict, list[dict]]:
         backend.optimizer_step(model, optimizer, cfg.clip_norm)
         marks.optimizer_end = clock.mark()
         optimizer.zero_grad()
-        if step >= warmup:
+        if step >= 2 * warmup:
             measured.add(marks, clock)
     hooks.remove()
     return _run_facts(cfg, backend, parts, clock, measured), _modules(hooks, measured)
@@ -236,7 +253,19 @@ def _run_facts(cfg: RunConfig, backend, parts, clock, measured: Measured) -> dic
         "backward": spread(measured.backward),
         "optimizer": optimizer,
         "optimizer_s_per_param_byte": optimizer["median_s"] / param_bytes,
+        **hooked(measured),
     }
+
+
+def hooked(measured: Measured) -> dict:
+    """The hooked steps' forward and backward, and the factor that takes the modules' times (measured with the
+    hooks) to the hook-free step's: the hook-free median over the hooked one."""
+    with_hooks = {"forward": spread(measured.hooked.forward), "backward": spread(measured.hooked.backward)}
+    scale = {
+        part: statistics.median(getattr(measured, part)) / with_hooks[part]["median_s"]
+        for part in ("forward", "backward")
+    }
+    return {"hooked": with_hooks, "module_scale": scale}
 
 
 def cpu_name() -> str | None:

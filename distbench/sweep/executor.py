@@ -276,17 +276,22 @@ def run_one(
     run's processes on a timeout or Ctrl-C, beyond their process groups here (a scheduler's step)."""
     started = time.time()
     with open(log_path, "w", encoding="utf-8") as log:
-        procs = [
-            subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                text=True,
-                env={**os.environ, **(env or {})},
-            )
-            for cmd in cmds
-        ]
+        procs = []
+        try:
+            for cmd in cmds:
+                procs.append(
+                    subprocess.Popen(
+                        cmd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                        text=True,
+                        env={**os.environ, **(env or {})},
+                    )
+                )
+        except OSError as e:  # a launcher that is not installed here (a package without its command's script)
+            _stop(procs, stop)
+            return {"status": "failed", "error": f"cannot start {cmd[0]}: {e.strerror}", "elapsed_s": 0.0}
         try:
             rc = wait_all(procs, timeout_s)
         except subprocess.TimeoutExpired:

@@ -27,7 +27,7 @@ def installed(backend: str) -> bool:
 
 
 def run(tmp_path, backend: str, nprocs: int, *extra: str) -> dict:
-    out = tmp_path / f"{backend}-x{nprocs}.json"
+    out = tmp_path / f"{'-'.join([backend, f'x{nprocs}', *(a.strip('-') for a in extra)])}.json"
     args = [*RESNET.split(), *extra, "--output", str(out)]
     run_cmd(launch(backend, nprocs, args), timeout=300, env=child_env(tmp_path))
     return read_record(out)
@@ -40,8 +40,9 @@ def test_every_backend_at_world_size_1_on_the_gpu(tmp_path, backend):
     rec = run(tmp_path, backend, 1)
     env = rec["environment"]
     assert env["device"].startswith("cuda") and rec["step_clock"] == "cuda-events"
-    if backend != "single":
-        assert env["collective"] == "nccl", env["collective"]
+    # Accelerate makes no process group for one process started with python (DistributedType.NO), as its users
+    # run one GPU; every other library (accelerate-fsdp and -deepspeed too: FSDP and DeepSpeed need one) on NCCL
+    assert env["collective"] == (None if backend in ("single", "accelerate") else "nccl"), env["collective"]
     assert rec["memory_per_rank"]["peak_allocated_bytes"] > rec["memory_per_rank"]["params_bytes"] > 0
     assert rec["model_flops_per_sample"] > 0 and rec["achieved_tflops_per_device"] > 0
     assert rec["eval_count"] > 0 and rec["final_loss"] == rec["final_loss"]
@@ -72,11 +73,11 @@ def test_bf16_runs_under_autocast_on_the_gpu(tmp_path):
     assert abs(bf16["final_loss"] - fp32["final_loss"]) < 0.1 * abs(fp32["final_loss"])
 
 
-@pytest.mark.parametrize("nprocs", [1, 2])
-def test_commbench_on_the_gpu(tmp_path, nprocs):
-    """commbench's ddp worker on the GPU: at 1 process on NCCL, at 2 sharing the GPU over gloo; every size timed."""
+def test_commbench_on_the_gpu(tmp_path):
+    """commbench's ddp worker on the GPU: 2 processes sharing it over gloo (commbench times 2 ranks or more, and NCCL
+    puts one rank on a GPU: the runs at world size 1 above are NCCL's test here); every size timed."""
     out = tmp_path / "cb"
-    cmd = py(f"run.py commbench --backends ddp --nprocs {nprocs} --sizes 4096,4194304 --repeats 3 --rounds 1")
+    cmd = py("run.py commbench --backends ddp --nprocs 2 --sizes 4096,4194304 --repeats 3 --rounds 1")
     run_cmd([*cmd, "--out", str(out)], timeout=300, env=child_env(tmp_path))
     rows = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
     assert {r["size_bytes"] for r in rows} == {4096, 4194304} and all(r["time_s"] > 0 for r in rows), rows
@@ -96,4 +97,6 @@ def test_profile_times_each_module_on_the_device_clock(tmp_path):
     assert all(m["forward"]["median_s"] > 0 and m["backward"]["median_s"] > 0 for m in p["modules"])
     rec = run(tmp_path, "single", 1, "--max-steps", "40")
     step = rec["step_breakdown_ms"]["forward_backward_ms"] / 1e3
-    assert abs(p["forward"]["median_s"] + p["backward"]["median_s"] - step) < 0.1 * step
+    profiled = p["forward"]["median_s"] + p["backward"]["median_s"]
+    print(f"profile {profiled:.4f} s, run {step:.4f} s; the hooked steps", p["hooked"], p["module_scale"])
+    assert abs(profiled - step) < 0.1 * step

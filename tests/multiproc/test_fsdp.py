@@ -95,3 +95,17 @@ def test_bf16_follows_fp32(mnist_run, backend):
     assert max(fp32["eval_loss"], bf16["eval_loss"]) < first / 2
     assert max(drift.values()) <= bound
     assert bf16["eval_count"] == fp32["eval_count"] == 500 and bf16["precision"] == "bf16"
+
+
+@pytest.mark.timeout(300)
+def test_batch_norm_trains_in_bf16_and_one_process_is_sharded_too(tmp_path):
+    """A ResNet's BatchNorm under FSDP's bf16 policy (each BatchNorm a unit of its own in fp32, as FSDP1 did: its
+    running statistics stay fp32), natively and through Accelerate; at one process started with python, which
+    Accelerate runs without its FSDP plugin unless a process group is made (a world of one, as `accelerate launch
+    --use_fsdp` gives it). Both libraries shard the same units the same way: the same losses, step by step."""
+    args = ["--task", "synthetic-resnet", "--model", "resnet18", "--image-size", "32", "--batch-size", "8"]
+    args += ["--max-steps", "3", "--precision", "bf16"]
+    native, accelerate = (run(tmp_path, b, 1, args, b) for b in ("fsdp", "accelerate-fsdp"))
+    for rec in (native, accelerate):
+        assert rec["environment"]["collective"] == "gloo" and rec["precision"] == "bf16"
+    assert native["loss_history"] == accelerate["loss_history"] and len(native["loss_history"]) == 3

@@ -2,6 +2,7 @@
 line and the report show."""
 
 import sys
+import time
 
 from distbench.sweep.executor import run_one
 
@@ -25,6 +26,20 @@ def test_a_timeout_says_so_last(tmp_path):
 def test_a_run_that_ends_well_without_its_record_says_so(tmp_path):
     rec = _run(tmp_path, "print('done')")
     assert rec["error"].splitlines()[-1] == f"exited 0 without writing its record {tmp_path / 'r.json'}"
+
+
+def test_a_launcher_that_is_not_installed_fails_its_run_in_one_line(tmp_path):
+    """A package unpacked without its command's script (the GPU machine's deepspeed): the run fails and says which
+    command, and the sweep goes on; the first node's agent, already started, is stopped."""
+    first = [sys.executable, "-c", "import time; time.sleep(60)"]
+    started = time.time()
+    rec = run_one([first, [str(tmp_path / "deepspeed"), "--num_gpus", "1"]], tmp_path / "r.json", 60, tmp_path / "l")
+    assert rec == {
+        "status": "failed",
+        "error": f"cannot start {tmp_path / 'deepspeed'}: No such file or directory",
+        "elapsed_s": 0.0,
+    }
+    assert time.time() - started < 30
 
 
 def test_a_local_run_starts_its_backends_launcher_and_shows_its_command(tmp_path):

@@ -141,7 +141,11 @@ def test_the_command_writes_the_convnets_profile(tmp_path):
         assert m["forward"]["p10_s"] <= m["forward"]["median_s"] <= m["forward"]["p90_s"]
     fc2, conv1 = p["modules"][-1], p["modules"][0]
     assert fc2["backward_start"]["median_s"] < conv1["backward_start"]["median_s"]  # backward runs the other way
-    assert sum(m["forward"]["median_s"] for m in p["modules"]) < p["forward"]["median_s"]
+    # the modules' times are the hooked steps', the step's three parts the hook-free steps' in between (as many)
+    assert len(p["forward"]["steps_s"]) == len(p["hooked"]["forward"]["steps_s"]) == 4
+    assert sum(m["forward"]["median_s"] for m in p["modules"]) < p["hooked"]["forward"]["median_s"]
+    for part in ("forward", "backward"):
+        assert p["module_scale"][part] == pytest.approx(p[part]["median_s"] / p["hooked"][part]["median_s"])
     assert p["optimizer_s_per_param_byte"] == pytest.approx(p["optimizer"]["median_s"] / p["param_bytes"])
     assert p["command"].startswith("python run.py profile --output")
     assert "fc1" in proc.stdout and f"profile written to {out}" in proc.stdout
