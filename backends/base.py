@@ -248,6 +248,12 @@ class Backend:
         if self.world_size > 1:
             raise NotImplementedError(f"{type(self).__name__}: implement gradient_all_reduce")
 
+    def parameter_all_gather(self, flat: torch.Tensor, part: torch.Tensor) -> None:
+        """Gather every rank's `part` (its 1/W of `flat`, in rank order) into `flat` with the call the library uses
+        for updated parameters after a sharded optimizer's step (DeepSpeed's ZeRO-1 and 2): what `run.py commbench`
+        times beside the gradients' all-reduce, for the libraries that have one."""
+        raise NotImplementedError(f"{type(self).__name__} has no parameter all-gather of its own")
+
     def all_gather(self, t: torch.Tensor) -> torch.Tensor:
         """Every rank's `t`, stacked along a new first dimension in rank order."""
         return t.unsqueeze(0)

@@ -256,6 +256,12 @@ class ZeroEngine:
         if self.world_size > 1:
             self._comm().all_reduce(t)
 
+    def parameter_all_gather(self, flat: torch.Tensor, part: torch.Tensor) -> None:
+        # DeepSpeed: after a ZeRO-1/2 step each rank holds its partition of the updated parameters; all_gather_dp_groups
+        # gathers them into the flat buffer with one all_gather_into_tensor per parameter group (runtime/utils.py)
+        if self.world_size > 1:
+            self._comm().all_gather_into_tensor(flat, part)
+
     def _comm(self):
         """deepspeed.comm over this backend's process group (deepspeed.initialize starts it in a run; commbench
         makes no engine), its shared-memory segment unlinked as an engine's is (`engine_made`)."""

@@ -21,9 +21,15 @@ def algbw(size: int, seconds: float) -> float:
     return size / seconds
 
 
-def busbw(size: int, seconds: float, world_size: int) -> float:
-    """Bytes per second on each rank's link in a ring all-reduce: algbw x 2(n-1)/n (0 for one rank)."""
-    return algbw(size, seconds) * 2 * (world_size - 1) / world_size
+# the bytes each rank's link carries per message byte in a ring (nccl-tests' bus bandwidth factors): an all-reduce
+# sends 2(n-1)/n of the message, an all-gather (n-1)/n of its output (each rank holds 1/n of it already)
+BUS_FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n}
+
+
+def busbw(size: int, seconds: float, world_size: int, collective: str = "all-reduce") -> float:
+    """Bytes per second on each rank's link in a ring (BUS_FACTOR): algbw x 2(n-1)/n for an all-reduce of `size`
+    bytes, x (n-1)/n for an all-gather whose output is `size` bytes (0 for one rank)."""
+    return algbw(size, seconds) * BUS_FACTOR[collective](world_size)
 
 
 @dataclass(frozen=True)
@@ -37,10 +43,11 @@ class Fit:
         """The fitted time of a message of `size` bytes."""
         return self.alpha_s + self.beta_s_per_byte * size
 
-    def bus_bandwidth(self, world_size: int) -> float | None:
-        """Bytes per second on each link that large messages reach: 2(n-1)/(n beta); None where beta is not above
-        0 (no bandwidth was seen)."""
-        return 2 * (world_size - 1) / (world_size * self.beta_s_per_byte) if self.beta_s_per_byte > 0 else None
+    def bus_bandwidth(self, world_size: int, collective: str = "all-reduce") -> float | None:
+        """Bytes per second on each link that large messages reach: 2(n-1)/(n beta) for an all-reduce (BUS_FACTOR);
+        None where beta is not above 0 (no bandwidth was seen)."""
+        factor = BUS_FACTOR[collective](world_size)
+        return factor / self.beta_s_per_byte if self.beta_s_per_byte > 0 else None
 
     @property
     def half_size(self) -> float:

@@ -175,11 +175,13 @@ def records(result: dict, config: SweepConfig, rnd: int, load: dict | None = Non
         **({"machine_load": load} if load is not None else {}),
     }
     out = []
-    for size, measured in result["measured"].items():
-        for i, t in enumerate(measured["time_s"]):
-            rec = {**fields, "size_bytes": int(size), "repeat": i + 1}
-            rec |= {k: measured[k][i] for k in commbench_report.MEASURES if k in measured}
-            out.append(rec | {"algbw_Bps": algbw(int(size), t), "busbw_Bps": busbw(int(size), t, n)})
+    for collective, by_size in result["measured"].items():
+        for size, measured in by_size.items():
+            for i, t in enumerate(measured["time_s"]):
+                rec = {**fields, "collective": collective, "size_bytes": int(size), "repeat": i + 1}
+                rec |= {k: measured[k][i] for k in commbench_report.MEASURES if k in measured}
+                bw = {"algbw_Bps": algbw(int(size), t), "busbw_Bps": busbw(int(size), t, n, collective)}
+                out.append(rec | bw)
     return out
 
 

@@ -22,9 +22,17 @@ SAID = {"time_s": "time", "cpu_s": "CPU time", "loaded_cpu_s": "computation take
 
 
 def series(r: dict) -> tuple[str, str]:
-    """What one line of the results is: a backend and how its gradients travel (records from before compression
-    was timed travelled as is)."""
-    return r["backend"], r.get("grad_compression", "none")
+    """What one line of the results is: a backend's collective (`deepspeed`: its gradients' all-reduce, `deepspeed
+    all-gather`: its parameters' all-gather; COLLECTIVES) and how its gradients travel (records from before
+    compression or the all-gather were timed: an all-reduce, as is)."""
+    collective = collective_of(r)
+    named = r["backend"] if collective == "all-reduce" else f"{r['backend']} {collective}"
+    return named, r.get("grad_compression", "none")
+
+
+def collective_of(r: dict) -> str:
+    """The collective a record or summary row timed (all-reduce for those from before another was timed)."""
+    return r.get("collective", "all-reduce")
 
 
 def label(backend: str, compression: str) -> str:
@@ -40,10 +48,11 @@ def summarize(recs: list[dict]) -> list[dict]:
     for backend, compression, size in keys:
         mine = [r for r in recs if (*series(r), r["size_bytes"]) == (backend, compression, size)]
         s = stats.summarize([r["time_s"] for r in mine])
-        n = mine[0]["world_size"]
+        n, collective = mine[0]["world_size"], collective_of(mine[0])
         rows.append(
             {
-                "backend": backend,
+                "backend": mine[0]["backend"],
+                "collective": collective,
                 "grad_compression": compression,
                 "size_bytes": size,
                 "world_size": n,
@@ -56,9 +65,9 @@ def summarize(recs: list[dict]) -> list[dict]:
                 "time_s_hi": s.hi,
                 **{k: statistics.median(r.get(k, float("nan")) for r in mine) for k in MEASURES[1:]},
                 "algbw_Bps": algbw(size, s.median),
-                "busbw_Bps": busbw(size, s.median, n),
-                "busbw_Bps_lo": busbw(size, s.hi or s.max, n),
-                "busbw_Bps_hi": busbw(size, s.lo or s.min, n),
+                "busbw_Bps": busbw(size, s.median, n, collective),
+                "busbw_Bps_lo": busbw(size, s.hi or s.max, n, collective),
+                "busbw_Bps_hi": busbw(size, s.lo or s.min, n, collective),
             }
         )
     return rows
@@ -92,7 +101,8 @@ def _fit_of(rows: list[dict]) -> dict:
         if all(v == v for v in values):
             out |= judged(sizes, values, prefix, SAID[key])
     # the bus bandwidth the large messages reach, of a physical fit only
-    out["bus_bandwidth_Bps"] = Fit(out["alpha_s"], out["beta_s_per_byte"]).bus_bandwidth(n) if out["physical"] else None
+    line = Fit(out["alpha_s"], out["beta_s_per_byte"])
+    out["bus_bandwidth_Bps"] = line.bus_bandwidth(n, collective_of(rows[0])) if out["physical"] else None
     return out
 
 
@@ -173,7 +183,8 @@ def markdown(rows: list[dict], fitted: dict[str, dict], command: str, recs: list
         "# commbench",
         "",
         f"Built by `{command}` on {datetime.now(UTC).date()} ({platform.platform()}, {available_cpus()} CPUs). "
-        f"{load_said(recs or [])} algbw = S/t, busbw = algbw x 2(n-1)/n (nccl-tests); medians "
+        f"{load_said(recs or [])} algbw = S/t, busbw = algbw x 2(n-1)/n for an all-reduce, x (n-1)/n for an "
+        "all-gather of S bytes in all (nccl-tests); medians "
         f"over the repeats with their {stats.CI} where there are enough. MB/s are 10^6 bytes per second. "
         "CPU ms: the CPU time of the busiest rank (every thread of its process), with no load of commbench's own on "
         "its core. Taken under load: the computation the all-reduce took from a thread computing on the same core "
@@ -190,7 +201,8 @@ def markdown(rows: list[dict], fitted: dict[str, dict], command: str, recs: list
         f"Physical only where it can be a latency and a bandwidth: at least {MIN_SIZES} sizes, beta > 0, alpha >= 0, "
         "no median at or below 0, and sizes on both sides of alpha/beta (docs/commbench.md).",
         "",
-        "| backend | alpha (latency) ms | beta ns/byte | bus bandwidth MB/s (2(n-1)/(n beta)) | CPU: alpha ms, "
+        "| backend | alpha (latency) ms | beta ns/byte | bus bandwidth MB/s (2(n-1)/(n beta); all-gather: "
+        "(n-1)/(n beta)) | CPU: alpha ms, "
         "beta ns/byte | taken under load: alpha ms, beta ns/byte |",
         "|---|---|---|---|---|---|",
         *(f"| {name} | {_fit_cells(f)}" for name, f in _every_fit(fitted)),
@@ -205,7 +217,7 @@ def _size_row(r: dict) -> str:
     """One size's row of the measurements' table."""
     ci = f" ({r['time_s_lo'] * 1e3:.3f}-{r['time_s_hi'] * 1e3:.3f})" if r["time_s_lo"] is not None else ""
     return (
-        f"| {label(r['backend'], r['grad_compression'])} | {size_text(r['size_bytes'])} | {r['time_s'] * 1e3:.3f}{ci} "
+        f"| {label(*series(r))} | {size_text(r['size_bytes'])} | {r['time_s'] * 1e3:.3f}{ci} "
         f"| {_mb(r['algbw_Bps'])} | {_mb(r['busbw_Bps'])} | {_ms(r['cpu_s'])} | {_ms(r['loaded_time_s'])} | "
         f"{_ms(r['loaded_cpu_s'])} |"
     )

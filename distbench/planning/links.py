@@ -11,7 +11,7 @@ from pathlib import Path
 from distbench.errors import UserError
 from distbench.launching import link
 from distbench.planning.bandwidth import Fit, fit, unphysical
-from distbench.planning.commbench_report import RECORDS, SAID
+from distbench.planning.commbench_report import RECORDS, SAID, series
 from distbench.records import read_jsonl
 
 COMPRESSED_FRACTION = {"none": 1.0, "fp16": 0.5, "bf16": 0.5}  # bytes on the link per gradient byte
@@ -37,6 +37,20 @@ class Link:
     # bandwidth.unphysical); the projection then takes it held at alpha, beta >= 0, and says so
     time_why: str | None = None
     cpu_why: str | None = None
+    # the library's all-gather of its parameters on the same link (DeepSpeed's after a ZeRO-1/2 step), where
+    # commbench timed it (`deepspeed all-gather`); None: not measured
+    gather: Link | None = None
+
+    def allgather_s(self, nbytes: float, world: int) -> float:
+        """This fit taken as a ring all-gather of nbytes in all at `world` ranks: W-1 latency steps and (W-1)/W of
+        the bytes on each link, scaled from the world size it was measured at (a fit of an all-gather, `gather`)."""
+        if world <= 1:
+            return 0.0
+        measured = (self.world - 1) / self.world
+        return (
+            self.alpha_s * (world - 1) / max(1, self.world - 1)
+            + self.beta_s_per_byte * nbytes * ((world - 1) / world) / measured
+        )
 
     def allreduce_s(self, nbytes: float, world: int) -> float:
         """A ring all-reduce of nbytes at `world` ranks: 2(W-1) latency steps and 2(W-1)/W of the bytes on each
@@ -90,8 +104,8 @@ def load_links(commbench_dir: Path, rate: str | None) -> tuple[str, dict[str, li
         said = "/".join(sorted(map(str, measured)))
         raise UserError(f"--commbench {commbench_dir} holds {said}, not one link{f' of {rate}' if rate else ''}")
     out: dict[str, list[dict]] = {}
-    for r in recs:
-        out.setdefault(r["backend"], []).append(r)
+    for r in recs:  # by series: `deepspeed`'s all-reduce apart from `deepspeed all-gather`
+        out.setdefault(series(r)[0], []).append(r)
     return measured.pop(), out
 
 

@@ -23,7 +23,15 @@ from distbench.planning.commbench_report import label, series
 from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link
 from distbench.planning.profile import Profile
 from distbench.planning.reference import Phases, Reference, median_phases
-from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_FOUND, Computation, Plan, step_s
+from distbench.planning.timeline import (
+    GRADIENT_ALLREDUCE,
+    MODELS,
+    ZERO_FOUND,
+    ZERO_GATHER_FOUND,
+    Computation,
+    Plan,
+    step_s,
+)
 
 RESAMPLES = 200  # bootstrap resamples behind each interval
 
@@ -77,13 +85,25 @@ class Projection:
             raise UserError(f"the commbench timed {carrier} neither with {compression} nor uncompressed")
         return plain, COMPRESSED_FRACTION[compression], f"commbench fit of {carrier} at {compression}'s size"
 
-    def link_for(self, backend: str, recs: list[dict] | None = None) -> Link:
+    def link_for(self, backend: str, recs: list[dict] | None = None, gathered: list[dict] | None = None) -> Link:
         """The link this library's gradients travel on: the fit of its carrier's records (or of `recs`, a resample
-        of them), or the nominal rate."""
+        of them), with its parameters' all-gather where commbench timed it (or `gathered`, a resample), or the
+        nominal rate."""
         if self.links is None:
             return Link.nominal(self.rate, self.plan.compression)
         carried, fraction, said = self.carried(backend)
-        return fit_link(recs if recs is not None else carried, said, fraction)
+        link_ = fit_link(recs if recs is not None else carried, said, fraction)
+        gather = self.gathered(backend)
+        if gather is None:
+            return link_
+        name = f"{self.measured_as(backend)} all-gather"
+        return replace(link_, gather=fit_link(gathered or gather, f"commbench fit of {name}"))
+
+    def gathered(self, backend: str) -> list[dict] | None:
+        """commbench's records of the library's parameter all-gather (ZeRO's), where it timed them."""
+        if MODELS.get(backend) != "zero" or self.links is None:
+            return None
+        return self.links.get(f"{self.measured_as(backend)} all-gather")
 
     @property
     def micro_runs(self) -> list[Phases] | None:
@@ -105,7 +125,7 @@ class Projection:
         """Each way the plan for `backend` goes beyond what was measured (the fits' own: `link_warnings`)."""
         plan, m, out = self.plan, self.measured, []
         if MODELS.get(backend) == "zero" and plan.zero_stage:
-            out.append(ZERO_FOUND)
+            out.append(ZERO_FOUND if self.gathered(backend) is None else ZERO_GATHER_FOUND)
         if m is None:
             out.append(
                 f"the link {self.rate} was not measured: it is taken at its nominal rate, with no latency and no CPU "
@@ -171,6 +191,7 @@ class Projection:
             "grad_compression": plan.compression,
             "link_rate": self.rate,
             "link": link_.source,
+            **({"all_gather": link_.gather.source} if link_.gather else {}),
             "computation": f"measured at micro-batch {plan.micro_batch}"
             if micro
             else f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile",
@@ -185,7 +206,11 @@ class Projection:
             "scaling_efficiency_hi": eff_hi,
             "reference_samples_per_sec": single,
             "commbench": self.measured,
-            "warnings": [*self.warnings(backend), *self.link_warnings(link_)],
+            "warnings": [
+                *self.warnings(backend),
+                *self.link_warnings(link_),
+                *(self.link_warnings(link_.gather) if link_.gather else []),
+            ],
         }
 
     def _bootstrap(self, backend: str, rng: random.Random) -> tuple[list[float], list[float]]:
@@ -214,11 +239,16 @@ class Projection:
     def _resampled_link(self, backend: str, rng: random.Random) -> Link:
         if self.links is None:
             return Link.nominal(self.rate, self.plan.compression)
-        by_size: dict[int, list[dict]] = {}
-        for r in self.carried(backend)[0]:
-            by_size.setdefault(r["size_bytes"], []).append(r)
-        recs = [rng.choice(group) for group in by_size.values() for _ in group]
-        return self.link_for(backend, recs)
+        gathered = self.gathered(backend)
+        return self.link_for(backend, _resampled(self.carried(backend)[0], rng), gathered and _resampled(gathered, rng))
+
+
+def _resampled(recs: list[dict], rng: random.Random) -> list[dict]:
+    """A bootstrap resample of commbench's records, size by size."""
+    by_size: dict[int, list[dict]] = {}
+    for r in recs:
+        by_size.setdefault(r["size_bytes"], []).append(r)
+    return [rng.choice(group) for group in by_size.values() for _ in group]
 
 
 def with_plan(projection: Projection, **changes) -> Projection:

@@ -172,10 +172,18 @@ def _fusion_chunks(sizes: list[float]) -> list[float]:
 # gradients reduced in buckets of 5e8 elements (reduce_bucket_size; stage 0: MEMORY_OPT_ALLREDUCE_SIZE)
 ZERO_BUCKET_ELEMENTS = 500_000_000
 ZERO_STAGES_MODELLED = (0, 1, 2)
-# what the validation found of stages 1-2 (docs/projection.md, 2026-12-03, MNIST at 2 nodes): `project` says it
+NORM_BYTES = 4  # stages 1-2 all-reduce the gradients' norm every step: one float32 (stage_1_and_2.scaled_global_norm)
+# what the first validation found of stages 1-2 with the all-gather taken as half an all-reduce and no norm
+# (docs/projection.md, 2026-12-03, MNIST at 2 nodes): `project` says it where commbench did not time the all-gather
 ZERO_FOUND = (
     "ZeRO-1 and 2 were predicted 35-42 % too fast on an unshaped link, 13-15 % at 1 Gbit/s and 5-6 % at 100 Mbit/s "
-    "when validated (2 nodes, MNIST): a cost of a few ms a step at several ranks that the model lacks "
+    "when validated with the all-gather taken as half an all-reduce (2 nodes, MNIST; docs/projection.md): this "
+    "commbench did not time DeepSpeed's all-gather (a commbench of deepspeed does, since 2026-12-04)"
+)
+
+# what the validation of this model found (docs/projection.md): written once it has been measured
+ZERO_GATHER_FOUND = (
+    "ZeRO-1 and 2 with commbench's all-gather and the norm's all-reduce: not yet validated against measured runs "
     "(docs/projection.md)"
 )
 
@@ -185,11 +193,11 @@ def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> f
     the gradients in buckets of ZERO_BUCKET_ELEMENTS (one for any model under 2 GB), through deepspeed.comm, not
     overlapped with backward (stage 2's reduce-scatter is, on this path, an all-reduce of each bucket of which each
     rank keeps its partition: stage_1_and_2.average_tensor); its all-reduces' computation comes after backward's, not
-    during it. Stage 0 then steps the whole optimizer; stages 1-2 step their 1/W partition of it and all-gather the
-    updated fp32 parameters (all_gather_dp_groups): a ring all-gather moves (W-1)/W of them over each link in W-1
-    steps, half a ring all-reduce of as many bytes, taken so from the all-reduce's fit (commbench times the
-    all-reduce; the all-gather is its arithmetic). Validated at 2 nodes: stages 1-2 cost a few ms a step more than
-    this on fast links (docs/projection.md; ZERO_FOUND)."""
+    during it. Stage 0 then steps the whole optimizer. Stages 1-2 all-reduce the gradients' norm (one float, every
+    step, whether or not it clips: a latency on which the ranks wait for each other), step their 1/W partition of the
+    optimizer and all-gather the updated fp32 parameters (all_gather_dp_groups): commbench's fit of DeepSpeed's own
+    all_gather_into_tensor where it timed it (`link_.gather`), else half a ring all-reduce of as many bytes (its
+    arithmetic; the first validation found it too fast: ZERO_FOUND)."""
     total = profile.total_bytes
     bucket = ZERO_BUCKET_ELEMENTS * 4  # float32 gradients
     clock = comp.backward_start + comp.backward
@@ -197,7 +205,10 @@ def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> f
         clock += link_.allreduce_s(link_.wire_fraction * min(bucket, total - start), plan.world)
     if plan.zero_stage == 0:
         return clock + comp.optimizer
-    return clock + comp.optimizer / plan.world + link_.allreduce_s(total, plan.world) / 2
+    if link_.gather is None:
+        return clock + comp.optimizer / plan.world + link_.allreduce_s(total, plan.world) / 2
+    norm = link_.allreduce_s(NORM_BYTES, plan.world)
+    return clock + norm + comp.optimizer / plan.world + link_.gather.allgather_s(total, plan.world)
 
 
 # the timeline each library follows (Accelerate and Fabric wrap the model in DDP; DeepSpeed's engine: zero_step)

@@ -1,4 +1,5 @@
-"""One process of `run.py commbench`: each library's own all-reduce, timed over message sizes.
+"""One process of `run.py commbench`: each library's own all-reduce, timed over message sizes (and where the library
+all-gathers its parameters after each step, DeepSpeed's ZeRO-1 and 2, that all-gather too).
 
     torchrun --nproc_per_node 2 -m distbench.planning.worker --backend ddp --sizes 4096,65536 --repeats 20 --output F
 
@@ -129,12 +130,30 @@ def under_load(backend, all_reduce, t: torch.Tensor, load: Load, idle_s: float) 
     return w1 - w0, lost
 
 
-def time_all_reduce(backend, size: int, repeats: int, compression: str, load: Load | None) -> dict[str, list[float]]:
+def all_gather(backend, size: int):
+    """The library's all-gather of updated parameters into a flat buffer of `size` bytes (float32), each rank sending
+    its 1/W partition, as the library calls it (DeepSpeed's all_gather_dp_groups after a ZeRO-1/2 step)."""
+    world = backend.world_size
+    flat = torch.zeros(max(world, size // 4 // world * world), dtype=torch.float32, device=backend.device)
+    part = flat.chunk(world)[backend.rank].clone().fill_(1.0)
+    return lambda _t: backend.parameter_all_gather(flat, part)
+
+
+def collective_call(backend, collective: str, size: int, compression: str):
+    """What is timed for `collective` at `size` bytes: the call, and the tensor it is given."""
+    t = torch.ones(max(1, size // 4), dtype=torch.float32, device=backend.device)
+    if collective == "all-gather":
+        return all_gather(backend, size), t
+    return exchange(backend, compression), t
+
+
+def time_all_reduce(
+    backend, size: int, repeats: int, compression: str, load: Load | None, collective: str = "all-reduce"
+) -> dict[str, list[float]]:
     """Per repeat: the slowest rank's seconds and the busiest rank's CPU seconds (every thread of the process: the
     library's own, the kernel's work on its behalf); under `load`, the slowest rank's seconds and the computation the
-    busiest rank lost."""
-    t = torch.ones(max(1, size // 4), dtype=torch.float32, device=backend.device)
-    all_reduce = exchange(backend, compression)
+    busiest rank lost. The library's gradient all-reduce, or its parameters' all-gather (`collective`)."""
+    all_reduce, t = collective_call(backend, collective, size, compression)
     for _ in range(WARMUP):
         all_reduce(t)
     out: dict[str, list[float]] = {"time_s": [], "cpu_s": [], "loaded_time_s": [], "loaded_cpu_s": []}
@@ -171,7 +190,13 @@ def main() -> None:
     backend.setup()
     load = Load() if backend.device.type == "cpu" else None
     sizes = [int(s) for s in a.sizes.split(",")]
-    results = {str(size): time_all_reduce(backend, size, a.repeats, a.grad_compression, load) for size in sizes}
+    # the gradients' all-reduce; and where the library all-gathers its parameters after each step (ZeRO), that too,
+    # uncompressed (DeepSpeed gathers the parameters in their own dtype)
+    collectives = ["all-reduce", *(["all-gather"] if spec.zero_stages and a.grad_compression == "none" else [])]
+    results = {
+        c: {str(size): time_all_reduce(backend, size, a.repeats, a.grad_compression, load, c) for size in sizes}
+        for c in collectives
+    }
     if load is not None:
         load.stop()
     if backend.is_main:
@@ -182,7 +207,7 @@ def main() -> None:
             "nodes": env.nodes,
             **link.observe(),  # the link as this process's network namespace has it
             "grad_compression": a.grad_compression,
-            "measured": results,
+            "measured": results,  # per collective, per size
         }
         write_json(Path(a.output), record)
     backend.barrier()

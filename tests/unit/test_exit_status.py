@@ -20,7 +20,7 @@ class Executor:
         if config.backend == "horovod":
             return {"status": "failed", "error": "launcher noise\nerror: planted: horovod could not start"}
         measured = {str(s): {"time_s": [1e-4 + 1e-9 * s], "cpu_s": [1e-4]} for s in SIZES}
-        return {"status": "ok", **FOUND, "launcher": "torchrun", "measured": measured}
+        return {"status": "ok", **FOUND, "launcher": "torchrun", "measured": {"all-reduce": measured}}
 
 
 def test_a_commbench_with_a_failed_launch_reports_what_it_measured_and_exits_1(tmp_path, monkeypatch, capsys):

@@ -156,6 +156,50 @@ def test_zero_all_reduces_after_backward_and_stages_1_and_2_gather_the_parameter
     assert tl.zero_step(_computation(), big, slow, PLAN) == pytest.approx(0.021 + 2 * 1e-3 + 0.004)
 
 
+def test_stages_1_and_2_take_the_all_gather_commbench_timed_and_the_norms_all_reduce():
+    """With DeepSpeed's all-gather timed (2 ms + 100 ns/B at 2 ranks), stages 1 and 2 pay after the gradients'
+    all-reduce the norm's (one float: 1 ms + 4 x 80 ns), half the optimizer and the all-gather of the 6,000,400 bytes
+    (2 + 600.04 ms); stage 0 is as before. A ring all-gather at 4 ranks: 3 latencies and 3/4 of the bytes, against
+    1/2 at the 2 it was measured at."""
+    gather = lk.Link(2e-3, 1e-7, 2, "gather")
+    link_ = dataclasses.replace(lk.Link(1e-3, 8e-8, 2, "test"), gather=gather)
+    step = {k: tl.zero_step(_computation(), PROFILE, link_, dataclasses.replace(PLAN, zero_stage=k)) for k in (0, 1, 2)}
+    reduced = 0.021 + 1e-3 + 0.480032
+    assert step[0] == pytest.approx(reduced + 0.004)
+    assert step[1] == step[2] == pytest.approx(reduced + (1e-3 + 4 * 8e-8) + 0.002 + (2e-3 + 0.60004))
+    assert gather.allgather_s(1e6, 4) == pytest.approx(3 * 2e-3 + 1e-7 * 1e6 * 0.75 / 0.5)
+    assert gather.allgather_s(1e6, 1) == 0.0
+
+
+def test_commbench_keeps_the_all_gather_apart_from_the_all_reduce(tmp_path):
+    """A worker's result of both collectives: records naming each, the all-gather's busbw (n-1)/n of its algbw,
+    fits and links apart (`deepspeed all-gather`), and a projection at ZeRO-2 that takes it and says so."""
+    times = {"all-reduce": (2e-3, 1e-8), "all-gather": (1e-3, 5e-9)}  # alpha, beta
+    sizes = (4096, 2**20, 2**24)
+    measured = {c: {str(s): {"time_s": [a + b * s]} for s in sizes} for c, (a, b) in times.items()}
+    result = {**FOUND, "launcher": "deepspeed", "measured": measured}
+    config = cb.Bench(["deepspeed"], [4096], 1, 2, "none", "shared", 1, 1, 60.0).configs()[0]
+    recs = cb.records(result, config, 1)
+    gathers = [r for r in recs if r["collective"] == "all-gather"]
+    assert len(gathers) == len(recs) / 2 == 3 and {cr.series(r)[0] for r in gathers} == {"deepspeed all-gather"}
+    assert gathers[0]["busbw_Bps"] == pytest.approx(gathers[0]["algbw_Bps"] / 2)
+    fitted = cr.fits(cr.summarize(recs))
+    assert set(fitted) == {"deepspeed", "deepspeed all-gather"}
+    assert fitted["deepspeed all-gather"]["beta_s_per_byte"] == pytest.approx(5e-9)
+    folder = tmp_path
+    (folder / cr.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in recs))
+    _, links = lk.load_links(folder, None)
+    assert {k: len(v) for k, v in links.items()} == {"deepspeed": 3, "deepspeed all-gather": 3}
+    ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
+    zero2 = pj.Projection(ref, PROFILE, dataclasses.replace(PLAN, zero_stage=2), links, "none", 1.0)
+    link_ = zero2.link_for("deepspeed")
+    assert link_.gather.allgather_s(2**20, 2) == pytest.approx(1e-3 + 5e-9 * 2**20)
+    predicted = zero2.predict("deepspeed")
+    assert predicted["all_gather"] == "commbench fit of deepspeed all-gather"
+    assert tl.ZERO_GATHER_FOUND in predicted["warnings"] and tl.ZERO_FOUND not in predicted["warnings"]
+    assert predicted["samples_per_sec_lo"] is None or predicted["samples_per_sec_lo"] <= predicted["samples_per_sec"]
+
+
 def test_project_refuses_what_its_zero_model_does_not_cover():
     from distbench.planning import project as pjt
 
@@ -351,7 +395,7 @@ def test_commbench_records_the_load_around_each_launch_as_valid_json(tmp_path, m
 
         def run(self, config, args, out_json, log, timeout_s, program):
             measured = {"time_s": [1e-3], "cpu_s": [5e-4], "loaded_time_s": [2e-3], "loaded_cpu_s": [-1e-4]}
-            return {"status": "ok", **FOUND, "launcher": "torchrun", "measured": {"4096": measured}}
+            return {"status": "ok", **FOUND, "launcher": "torchrun", "measured": {"all-reduce": {"4096": measured}}}
 
     bench = cb.Bench(["ddp"], [4096], 1, 2, "none", "shared", 1, 1, 60.0)
     (rec,) = cb.measure(Worker(), bench, tmp_path)

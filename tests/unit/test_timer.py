@@ -22,22 +22,37 @@ class Stream:
 
     def __init__(self):
         self.work: queue.Queue = queue.Queue()
+        self.lock, self.pending = threading.RLock(), 0  # work put and not yet done
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self):
         while True:
-            self.work.get()()
+            item = self.work.get()
+            item()
+            with self.lock:
+                self.pending -= 1
+
+    def put(self, item) -> None:
+        with self.lock:
+            self.pending += 1
+            self.work.put(item)
 
     def sleep(self, seconds: float) -> None:
-        self.work.put(lambda: time.sleep(seconds))
+        self.put(lambda: time.sleep(seconds))
 
 
 class Event:
-    """torch.cuda.Event's part the timer uses: recorded on the stream, reached when the work before it is done."""
+    """torch.cuda.Event's part the timer uses: recorded on the stream, reached when the work before it is done; on
+    an idle stream at once, as a device stamps it (the stand-in's thread would stamp it only when the scheduler
+    wakes it, late by as much as a loaded machine delays a thread)."""
 
     def __init__(self, stream: Stream):
         self.reached, self.at = threading.Event(), None
-        stream.work.put(self._reach)
+        with stream.lock:
+            if stream.pending == 0:
+                self._reach()
+                return
+            stream.put(self._reach)  # the lock taken again inside: an RLock
 
     def _reach(self):
         self.at = time.perf_counter()
