@@ -10,6 +10,11 @@ A revision of the model (DeepSpeed's engine's own time per step, measured at x1)
 `engine-reference`, `revised` and `measure-heldout` of this script at commit 4eb85a7, and taken out again: its table
 and what it found stay in docs/projection.md, its inputs and sweeps in docs/results/projection/zero/.
 
+`--results DIR` (before the command) keeps a validation of its own: the first model's in docs/results/projection/zero
+(the default), the model with commbench's all-gather and the norm's all-reduce (2026-12-04) in .../zero-gather:
+
+    python -m benchmarks.zero_projection --results docs/results/projection/zero-gather commbench   # and so on
+
 The third model's procedure (benchmarks/projection.py: commbench under load, the reference with the other core
 computing, 2 simulated nodes x 1 process on per-node links, one thread each), for `--backends deepspeed` at ZeRO
 stages 0, 1 and 2 and three rates. Everything goes under docs/results/projection/zero/; each step is the commands a
@@ -38,14 +43,31 @@ from benchmarks.projection import (
     single_runs,
 )
 
-OUT = ROOT / "docs" / "results" / "projection" / "zero"
+FIRST = ROOT / "docs" / "results" / "projection" / "zero"
+OUT = FIRST  # the validation's folder: --results
 RATES = ("none", "1gbit", "100mbit")
 STAGES = (0, 1, 2)
 BATCH = 64  # MNIST's global batch: micro-batch 32 at 2 x 1
-SWEEP = OUT / "mnist-zero"
-SECTION = "## DeepSpeed's ZeRO stages 0-2: predicted before measuring, then measured"
+SECTIONS = {  # docs/projection.md's section of each validation, by its folder's name
+    "zero": "## DeepSpeed's ZeRO stages 0-2: predicted before measuring, then measured",
+    "zero-gather": "## DeepSpeed's ZeRO stages 0-2 with commbench's all-gather and the norm: predicted, then measured",
+}
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.callback()
+def results(folder: Path = typer.Option(FIRST, "--results", help="the validation's folder")) -> None:
+    global OUT
+    OUT = folder if folder.is_absolute() else ROOT / folder
+
+
+def sweep() -> Path:
+    return OUT / "mnist-zero"
+
+
+def section() -> str:
+    return SECTIONS[OUT.name]
 
 
 def prediction(rate: str, stage: int) -> Path:
@@ -97,20 +119,20 @@ def measure(repeats: int = 3) -> None:
     missing = [f"{r} ZeRO-{k}" for r in RATES for k in STAGES if not prediction(r, k).exists()]
     if missing:
         raise SystemExit(f"predict first (python -m benchmarks.zero_projection predict): {', '.join(missing)}")
-    if (SWEEP / "report.md").exists():
+    if (sweep() / "report.md").exists():
         return
-    shutil.rmtree(SWEEP, ignore_errors=True)
+    shutil.rmtree(sweep(), ignore_errors=True)
     stages = ["--zero-stage", ",".join(map(str, STAGES))]
     links = [*PER_NODE, "--link-rate", ",".join(RATES)]
     args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *stages, *NODES, "--threads", "1", *links]
-    run(["run.py", "compare", *args, "--repeats", str(repeats), "--out", str(SWEEP)])
+    run(["run.py", "compare", *args, "--repeats", str(repeats), "--out", str(sweep())])
 
 
 def rows() -> list[dict]:
     from distbench.sweep import grouping
 
     got: dict[tuple, list[float]] = {}
-    for r in grouping.load([SWEEP]).records:
+    for r in grouping.load([sweep()]).records:
         if r["status"] == "ok" and r["backend"] == "deepspeed":
             got.setdefault((r["link_rate"], r["config"]["zero_stage"]), []).append(r["samples_per_sec"])
     out = []
@@ -128,14 +150,16 @@ def rows() -> list[dict]:
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     data = rows()
     errors = [abs(r["error"]) for r in data if r["error"] is not None]
+    folder = OUT.relative_to(ROOT)
     source = (
-        "the predictions in docs/results/projection/zero/predictions/ (written by `... predict` before `... measure` "
-        "ran the sweep), and the sweep in docs/results/projection/zero/mnist-zero"
+        f"the predictions in {folder}/predictions/ (written by `... predict` before `... measure` ran the sweep), and "
+        f"the sweep in {folder}/mnist-zero"
     )
+    results = "" if OUT == FIRST else f" --results {folder}"
     lines = [
-        SECTION,
+        section(),
         "",
-        f"Produced by `python -m benchmarks.zero_projection table` on {machine()}, from {source}, measured on "
+        f"Produced by `python -m benchmarks.zero_projection{results} table` on {machine()}, from {source}, measured on "
         f"{recorded_machine_of()}. MNIST, global batch {BATCH}, 2 simulated nodes x 1 process on per-node links. "
         "Error = (predicted - measured) / measured, measured = the median samples/s over the rounds (min-max beside "
         "it).",
@@ -152,14 +176,14 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
         lo, hi = p["samples_per_sec_lo"], p["samples_per_sec_hi"]
         interval = f" ({lo:.1f}-{hi:.1f})" if lo is not None else ""
         lines.append(f"| {r['rate']} | {r['stage']} | {p['samples_per_sec']:.1f}{interval} | {m} | {e} |")
-    write_section(out, SECTION, lines + [""])
+    write_section(out, section(), lines + [""])
     print("\n".join(lines))
 
 
 def recorded_machine_of() -> str:
     from benchmarks.projection import Sweep
 
-    return recorded_machine((Sweep(SWEEP.name, (), RATES),), SWEEP.parent)
+    return recorded_machine((Sweep(sweep().name, (), RATES),), OUT)
 
 
 if __name__ == "__main__":
