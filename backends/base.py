@@ -78,6 +78,7 @@ class Backend:
         grad_compression: str = "none",
         zero_stage: int = 0,
         max_grad_norm: float | None = None,
+        loader_workers: int = 0,
     ):
         """A backend for the process that `launch` describes (read before any setup): `precision` fp32 or bf16
         (autocast), `timeout_s` how long a collective waits for a missing rank, `accumulate` micro-batches per
@@ -90,6 +91,7 @@ class Backend:
         self.grad_compression = grad_compression  # none, fp16, bf16: the gradients' type on the wire
         self.zero_stage = zero_stage  # DeepSpeed's ZeRO stage (the registry refuses it for the other backends)
         self.max_grad_norm = max_grad_norm  # for a library that configures clipping once (DeepSpeed's config)
+        self.loader_workers = loader_workers  # each loader's worker processes (0: this process loads)
         self.rank, self.world_size, self.local_rank = 0, 1, 0
         self.device = torch.device("cpu")
         self._train_sampler: GlobalBatchSampler | None = None
@@ -141,9 +143,18 @@ class Backend:
         return self.loader(dataset, collate, EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size))
 
     def loader(self, dataset: Dataset, collate: Callable, batches) -> DataLoader:
-        """A loader of the batches a batch sampler draws, on its own generator, pinned where the device wants it."""
+        """A loader of the batches a batch sampler draws, on its own generator, pinned where the device wants it,
+        loaded by `loader_workers` processes kept for the whole run (the batches and their order are the same: the
+        sampler runs here, the workers only fetch and collate)."""
+        workers = self.loader_workers
         return DataLoader(
-            dataset, batch_sampler=batches, collate_fn=collate, generator=_own_generator(), pin_memory=self.pin_memory
+            dataset,
+            batch_sampler=batches,
+            collate_fn=collate,
+            generator=_own_generator(),
+            pin_memory=self.pin_memory,
+            num_workers=workers,
+            persistent_workers=workers > 0,
         )
 
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:

@@ -66,6 +66,12 @@ def sweep() -> Path:
     return OUT / "mnist-zero"
 
 
+def sweeps() -> list[Path]:
+    """The sweep, and any measured again (`measure --again`: mnist-zero-2, -3, ...), in order."""
+    again = sorted(OUT.glob("mnist-zero-[0-9]*"), key=lambda p: int(p.name.rsplit("-", 1)[1]))
+    return [sweep(), *again]
+
+
 def section() -> str:
     return SECTIONS[OUT.name]
 
@@ -115,24 +121,27 @@ def predict() -> None:
 
 
 @app.command()
-def measure(repeats: int = 3) -> None:
+def measure(repeats: int = 3, again: bool = False) -> None:
+    """The sweep (refused before the predictions); with --again, one more into the next mnist-zero-N, the same
+    predictions against more rounds at another time (the table takes every sweep)."""
     missing = [f"{r} ZeRO-{k}" for r in RATES for k in STAGES if not prediction(r, k).exists()]
     if missing:
         raise SystemExit(f"predict first (python -m benchmarks.zero_projection predict): {', '.join(missing)}")
-    if (sweep() / "report.md").exists():
+    out = OUT / f"mnist-zero-{len(sweeps()) + 1}" if again else sweep()
+    if (out / "report.md").exists():
         return
-    shutil.rmtree(sweep(), ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
     stages = ["--zero-stage", ",".join(map(str, STAGES))]
     links = [*PER_NODE, "--link-rate", ",".join(RATES)]
     args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *stages, *NODES, "--threads", "1", *links]
-    run(["run.py", "compare", *args, "--repeats", str(repeats), "--out", str(sweep())])
+    run(["run.py", "compare", *args, "--repeats", str(repeats), "--out", str(out)])
 
 
 def rows() -> list[dict]:
     from distbench.sweep import grouping
 
     got: dict[tuple, list[float]] = {}
-    for r in grouping.load([sweep()]).records:
+    for r in grouping.load(sweeps()).records:
         if r["status"] == "ok" and r["backend"] == "deepspeed":
             got.setdefault((r["link_rate"], r["config"]["zero_stage"]), []).append(r["samples_per_sec"])
     out = []
@@ -146,6 +155,47 @@ def rows() -> list[dict]:
     return out
 
 
+def paired_rows(data: list[dict]) -> list[dict]:
+    """Each stage above 0 against stage 0 at the same rate: the predicted ratio of samples/s, and the measured one
+    paired within each round (the runs of a round are minutes apart, the rounds further: the machine's drift between
+    rounds cancels out of a ratio within one)."""
+    from distbench.sweep import grouping
+
+    by_round: dict[tuple, float] = {}
+    for n, folder in enumerate(sweeps()):
+        for r in grouping.load([folder]).records:
+            if r["status"] == "ok" and r["backend"] == "deepspeed":
+                by_round[(r["link_rate"], r["config"]["zero_stage"], (n, r["round"]))] = r["samples_per_sec"]
+    predicted = {(d["rate"], d["stage"]): d["p"]["samples_per_sec"] for d in data}
+    out = []
+    for rate in RATES:
+        for stage in STAGES[1:]:
+            rounds = sorted({k[2] for k in by_round if k[:2] == (rate, stage)})
+            ratios = [by_round[(rate, stage, n)] / by_round[(rate, 0, n)] for n in rounds if (rate, 0, n) in by_round]
+            p = predicted[(rate, stage)] / predicted[(rate, 0)]
+            m = statistics.median(ratios) if ratios else None
+            out.append({"rate": rate, "stage": stage, "p": p, "ratios": ratios, "measured": m})
+    return out
+
+
+def paired_lines(data: list[dict]) -> list[dict]:
+    rows = paired_rows(data)
+    lines = [
+        "",
+        "Stages 1 and 2 against stage 0 at the same link, samples/s over samples/s: predicted, and measured within "
+        "each round (median, and each round's); the error is the predicted ratio's against the measured median.",
+        "",
+        "| link | ZeRO stage | predicted / stage 0 | measured / stage 0 (rounds) | error |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        each = ", ".join(f"{x:.3f}" for x in r["ratios"])
+        e = f"{100 * (r['p'] - r['measured']) / r['measured']:+.1f} %" if r["measured"] else "—"
+        m = f"{r['measured']:.3f} ({each})" if r["measured"] else "—"
+        lines.append(f"| {r['rate']} | {r['stage']} | {r['p']:.3f} | {m} | {e} |")
+    return lines
+
+
 @app.command()
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     data = rows()
@@ -153,7 +203,7 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     folder = OUT.relative_to(ROOT)
     source = (
         f"the predictions in {folder}/predictions/ (written by `... predict` before `... measure` ran the sweep), and "
-        f"the sweep in {folder}/mnist-zero"
+        f"the sweep{'s' if len(sweeps()) > 1 else ''} in {', '.join(f'{folder}/{s.name}' for s in sweeps())}"
     )
     results = "" if OUT == FIRST else f" --results {folder}"
     lines = [
@@ -176,6 +226,8 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
         lo, hi = p["samples_per_sec_lo"], p["samples_per_sec_hi"]
         interval = f" ({lo:.1f}-{hi:.1f})" if lo is not None else ""
         lines.append(f"| {r['rate']} | {r['stage']} | {p['samples_per_sec']:.1f}{interval} | {m} | {e} |")
+    if OUT != FIRST:  # the first validation's section stays as it was written
+        lines += paired_lines(data)
     write_section(out, section(), lines + [""])
     print("\n".join(lines))
 
@@ -183,7 +235,7 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
 def recorded_machine_of() -> str:
     from benchmarks.projection import Sweep
 
-    return recorded_machine((Sweep(sweep().name, (), RATES),), OUT)
+    return recorded_machine(tuple(Sweep(s.name, (), RATES) for s in sweeps()), OUT)
 
 
 if __name__ == "__main__":

@@ -199,6 +199,12 @@ class RunConfig:
     log_every: int = option(10, "Update the progress bar every N steps.", checks=(POSITIVE,), sweep=SET)
     progress: bool = option(True, "Progress bar on the main process.", flag="--progress/--no-progress", sweep=SET)
     eval_batch_size: int = option(256, "Per-process evaluation batch size.", checks=(POSITIVE,))
+    loader_workers: int = option(
+        0,
+        "Data-loading worker processes per process (DataLoader's num_workers; 0: the training process loads, as on "
+        "a CPU node, where workers would take cores from the step). On a GPU, workers take the loading off the step.",
+        checks=(in_range(0, 64, closed_hi=True),),
+    )
     timeout_s: int = option(300, "Collective/rendezvous timeout: a dead rank stops the rest.", checks=(POSITIVE,))
     target_accuracy: float | None = option(
         None,

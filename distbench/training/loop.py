@@ -436,6 +436,7 @@ def run(cfg: RunConfig) -> dict:
         grad_compression=cfg.grad_compression,
         zero_stage=cfg.zero_stage,
         max_grad_norm=cfg.clip_norm,
+        loader_workers=cfg.loader_workers,
     )
     backend.setup()
     clock.mark("process_group")

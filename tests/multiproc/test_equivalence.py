@@ -69,6 +69,18 @@ def test_no_pin_cores_leaves_the_processes_unpinned(tmp_path):
     assert rec["environment"]["pinned_cores"] is None and rec["config"]["pin_cores"] is False
 
 
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["ddp", "accelerate"])
+def test_loader_workers_load_the_same_batches_in_the_same_order(mnist_run, backend):
+    """--loader-workers: worker processes fetch and collate, the sampler stays in the training process: the same
+    batches in the same order, so the same loss at every step, bit for bit, through the base loader (ddp) and through
+    the loader Accelerate rebuilds in prepare(); every test sample evaluated once."""
+    plain, loaded = mnist_run(backend, 2), mnist_run(backend, 2, "--loader-workers", "2")
+    assert loaded["config"]["loader_workers"] == 2 and plain["config"]["loader_workers"] == 0
+    assert loaded["loss_history"] == plain["loss_history"] and loaded["eval_count"] == 500
+
+
 @pytest.fixture(scope="module")
 def reference(mnist_run):
     return mnist_run("single", 1)
