@@ -142,3 +142,17 @@ def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_p
     at_one = [*args[: args.index("--output")], "--output", str(tmp_path / "one.json")]
     other = run_cmd(launch("deepspeed", 1, at_one, PYTHON), timeout=120, env=child_env(tmp_path), expect_rc=2)
     assert_one_line_error(other, "this run has 1, and DeepSpeed's universal checkpoint", "not Adadelta's acc_delta")
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(300)
+def test_commbench_times_deepspeeds_all_gather_beside_its_all_reduce(tmp_path):
+    """Under DeepSpeed's own launcher, commbench times deepspeed.comm's all_gather_into_tensor (what ZeRO-1 and 2
+    call after each step) at every size beside the gradients' all-reduce, and fits each apart."""
+    out = tmp_path / "cb"
+    cmd = py("run.py commbench --backends deepspeed --nprocs 2 --sizes 4096,65536,1048576 --repeats 2 --rounds 1")
+    run_cmd([*cmd, "--out", str(out)], timeout=240, env=child_env(tmp_path))
+    rows = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
+    timed = {(r["collective"], r["size_bytes"]) for r in rows if r["time_s"] > 0 and r["launcher"] == DEEPSPEED.name}
+    assert timed == {(c, s) for c in ("all-reduce", "all-gather") for s in (4096, 65536, 1048576)}, rows
+    assert set(json.loads((out / "fit.json").read_text())) == {"deepspeed", "deepspeed all-gather"}
