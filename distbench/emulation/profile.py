@@ -253,11 +253,11 @@ def _run_facts(cfg: RunConfig, backend, parts, clock, measured: Measured) -> dic
         "backward": spread(measured.backward),
         "optimizer": optimizer,
         "optimizer_s_per_param_byte": optimizer["median_s"] / param_bytes,
-        **hooked(measured),
+        **hook_cost(measured),
     }
 
 
-def hooked(measured: Measured) -> dict:
+def hook_cost(measured: Measured) -> dict:
     """The hooked steps' forward and backward, and the factor that takes the modules' times (measured with the
     hooks) to the hook-free step's: the hook-free median over the hooked one."""
     with_hooks = {"forward": spread(measured.hooked.forward), "backward": spread(measured.hooked.backward)}

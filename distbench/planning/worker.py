@@ -147,7 +147,7 @@ def collective_call(backend, collective: str, size: int, compression: str):
     return exchange(backend, compression), t
 
 
-def time_all_reduce(
+def time_collective(
     backend, size: int, repeats: int, compression: str, load: Load | None, collective: str = "all-reduce"
 ) -> dict[str, list[float]]:
     """Per repeat: the slowest rank's seconds and the busiest rank's CPU seconds (every thread of the process: the
@@ -194,7 +194,7 @@ def main() -> None:
     # uncompressed (DeepSpeed gathers the parameters in their own dtype)
     collectives = ["all-reduce", *(["all-gather"] if spec.zero_stages and a.grad_compression == "none" else [])]
     results = {
-        c: {str(size): time_all_reduce(backend, size, a.repeats, a.grad_compression, load, c) for size in sizes}
+        c: {str(size): time_collective(backend, size, a.repeats, a.grad_compression, load, c) for size in sizes}
         for c in collectives
     }
     if load is not None:

@@ -47,11 +47,7 @@ def test_bert_accuracy_benchmark_runs(tmp_path, mr_dir):
 @pytest.mark.timeout(600)
 def test_startup_benchmark_writes_its_section(tmp_path):
     """The floors and distbench under one launcher (plain python: the cheapest), the section replaced in place."""
-    out = tmp_path / "perf.md"
-    out.write_text("# Performance\n\n## Other\n\nkept\n")
-    cmd = [sys.executable, "-m", "benchmarks.startup", "--rounds", "1", "--backends", "single", "--out", str(out)]
-    run_in(tmp_path, cmd, timeout=120)
-    text = out.read_text()
+    text = section_written(tmp_path, "benchmarks.startup", ["--rounds", "1", "--backends", "single"], 120)
     assert "## Other\n\nkept" in text and "| single x1 | python |" in text
     assert "| backend | launcher | imports | process group | data | build | first step | total |" in text
 
@@ -60,12 +56,16 @@ def test_startup_benchmark_writes_its_section(tmp_path):
 def test_profile_check_writes_its_section_and_says_what_the_ratios_show(tmp_path):
     from benchmarks.profile_check import verdict
 
-    out = tmp_path / "emulation.md"
-    out.write_text("# Emulation\n\n## Other\n\nkept\n")
-    cmd = [sys.executable, "-m", "benchmarks.profile_check", "--pairs", "1", "--steps", "3", "--out", str(out)]
-    run_in(tmp_path, cmd, timeout=240)
-    text = out.read_text()
+    text = section_written(tmp_path, "benchmarks.profile_check", ["--pairs", "1", "--steps", "3"], 240)
     assert "## Other\n\nkept" in text and "| 1 | " in text and "Median ratio" in text
     assert verdict([0.97, 1.02]).startswith("the pairs fall on both sides of 1")
     assert "longer than the run's in every pair" in verdict([1.1, 1.2])
     assert "shorter than the run's in every pair" in verdict([0.8, 0.9])
+
+
+def section_written(tmp_path, module: str, args: list[str], timeout: int) -> str:
+    """The document a benchmark writes its section into (`--out`), after it ran: one other section in it before."""
+    out = tmp_path / "doc.md"
+    out.write_text("# Doc\n\n## Other\n\nkept\n")
+    run_in(tmp_path, [sys.executable, "-m", module, *args, "--out", str(out)], timeout=timeout)
+    return out.read_text()
