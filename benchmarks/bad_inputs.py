@@ -133,6 +133,24 @@ def cases(tmp: Path) -> list[Case]:
         ),
         Case("profile: an output that is not a .json file", ["profile", "--output", str(tmp / "p.txt")]),
         Case("profile: no step to measure", ["profile", "--output", str(tmp / "p.json"), "--steps", "0"]),
+        Case(
+            "run: a profile measured at another micro-batch",
+            ["--emulate", "docs/profiles/mnist-b32-cpu.json", "--batch-size", "64", "--output", str(tmp / "r.json")],
+        ),
+        Case(
+            "compare: emulated at a micro-batch the profile was not measured at",
+            [
+                "compare",
+                "--backends",
+                "ddp",
+                "--nprocs",
+                "4",
+                "--emulate",
+                "docs/profiles/mnist-b32-cpu.json",
+                "--out",
+                str(c),
+            ],
+        ),
         Case("slurm-script: a time limit out of Slurm's forms", ["slurm-script", "--time", "25:99:99", "--out", "r"]),
         Case(
             "slurm-script: --nprocs beside another --gpus-per-node",

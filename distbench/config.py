@@ -216,6 +216,13 @@ class RunConfig:
         "Each device's peak TFLOP/s at the run's precision, for MFU (default: a table of known GPUs; else unknown).",
         checks=(POSITIVE,),
     )
+    emulate: Path | None = option(
+        None,
+        "Emulate the task's computation from a profile (`run.py profile`, measured on the device to emulate): the "
+        "real model's parameters, each module's forward and backward a wait of its profiled time; the library's "
+        "communication runs for real. Reports no accuracy (docs/emulation.md).",
+        resume=True,
+    )
     checkpoint_dir: Path | None = option(
         None, "Save checkpoints here; a run resumes from the one it finds there.", sweep=SET
     )

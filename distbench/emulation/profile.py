@@ -35,20 +35,10 @@ from torch import nn
 
 from distbench.config import RunConfig
 from distbench.errors import UserError
+from distbench.tasks.emulated import KIND, VERSION, owners
 from distbench.training.timer import percentile
 
-KIND = "distbench-module-profile"
-VERSION = 1
 SERIES = ("forward_start", "forward", "backward_start", "backward")  # each owner's, per step
-
-
-def owners(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """The modules that own parameters of their own that train, by name, in registration order."""
-    return [
-        (name or "(root)", m)
-        for name, m in model.named_modules()
-        if any(p.requires_grad for p in m.parameters(recurse=False))
-    ]
 
 
 def inside(names: list[str]) -> dict[str, str | None]:

@@ -44,13 +44,18 @@ class SimulatedNodes:
     node_cores: tuple[tuple[int, ...], ...]
 
     @classmethod
-    def split(cls, nodes: int, available: list[int] | None = None) -> SimulatedNodes:
+    def split(cls, nodes: int, available: list[int] | None = None, *, shared: bool = False) -> SimulatedNodes:
+        """`shared`: nodes that compute nothing (--emulate) may share cores, one each in turn, where there are
+        more nodes than cores; a node that computes needs a core of its own."""
         cores = sorted(available if available is not None else os.sched_getaffinity(0))
         if nodes <= 0:
             raise UserError(f"--nodes must be positive, got {nodes}")
+        if nodes > len(cores) and shared:
+            return cls(tuple((cores[i % len(cores)],) for i in range(nodes)))
         if nodes > len(cores):
             raise UserError(
-                f"--nodes {nodes}: each simulated node needs a core of its own, and this process may use {len(cores)}"
+                f"--nodes {nodes}: each simulated node needs a core of its own, and this process may use {len(cores)} "
+                "(an --emulate run's nodes compute nothing and may share them)"
             )
         share = len(cores) // nodes
         return cls(tuple(tuple(cores[i * share : (i + 1) * share]) for i in range(nodes)))
@@ -122,7 +127,7 @@ def node_launch(
     rendezvous on loopback (or at `addrs`, each node's own address); each agent under `taskset` on its node's cores,
     and `inside(i, cmd)` (each node's network namespace) around it when given. horovodrun, one command for every
     node, runs on the first."""
-    sim = SimulatedNodes.split(nodes)
+    sim = SimulatedNodes.split(nodes, shared=True)  # nodes that need cores of their own: Executor.check refused
     if launcher is DEEPSPEED:
         launcher = DeepSpeedLaunch(str(deepspeed_hostfile(nodes, nprocs)))
     commands = launcher.commands(program, nprocs, addrs or hosts(launcher, nodes), free_port())

@@ -18,6 +18,7 @@ from distbench.errors import UserError
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.executor import Executor
 from distbench.tasks import with_defaults
+from distbench.tasks.emulated import check_profile
 
 
 def run_config(config: SweepConfig, given: dict) -> RunConfig:
@@ -34,6 +35,8 @@ def configuration_error(config: SweepConfig, given: dict) -> str | None:
     try:
         validate(cfg, config.world_size)
         get_spec(config.backend).check_options(cfg)
+        if cfg.emulate is not None:
+            check_profile(cfg.emulate, cfg.batch_size // (config.world_size * cfg.accumulate), cfg.precision)
     except UserError as e:
         return str(e)
     return None
@@ -47,7 +50,7 @@ def check_sweep(configs: list[SweepConfig], given: dict, executor: Executor) -> 
     for config in configs:
         if (error := configuration_error(config, given)) is not None:
             raise UserError(f"{config.name()}: {error}")
-    executor.check(configs)
+    executor.check(configs, emulated=given.get("emulate") is not None)
     if crowded := oversubscribed(configs, executor.cpus_per_node):
         said = ", ".join(f"{c.name()} ({c.nprocs * c.threads} on {cpus})" for c, cpus in crowded)
         print(

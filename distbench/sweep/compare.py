@@ -53,7 +53,10 @@ def run(request: CompareRequest) -> Outcome:
     _check(request, given)
     executor = executor_for(request.scheduler, request.slurm_launch)
     task = given["task"] or DEFAULTS["task"]
-    planned = plan_runs(task_name(task), axis_values(request.axes), request.threads, executor.cpus_per_node)
+    emulated = given.get("emulate") is not None
+    planned = plan_runs(
+        task_name(task), axis_values(request.axes), request.threads, executor.cpus_per_node, not emulated
+    )
     # every configuration before the first launch; last: a shaped link re-runs this command in a private namespace
     check_sweep([p.config for p in planned], {**given, "task": task}, executor)
     forwarded = to_args({**request.forwarded, "task": None})

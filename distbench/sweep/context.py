@@ -85,6 +85,19 @@ def _device_text(records: list[dict]) -> str:
     return ", ".join(said)
 
 
+def _emulated_text(ok: list[dict]) -> str | None:
+    """What an emulated sweep's computation was (--emulate): the profiles, the device each was measured on."""
+    profiles = {(e["profile"], e.get("device_name") or e.get("device")): None for r in ok if (e := r.get("emulated"))}
+    if not profiles:
+        return None
+    said = "; ".join(f"`{path}` (measured on {device})" for path, device in profiles)
+    return (
+        f"> **Emulated** ({len([r for r in ok if r.get('emulated')])} of {len(ok)} runs): each rank's computation was "
+        f"the waits of a profile, {said}; the libraries' communication ran for real here "
+        "(docs/emulation.md). No accuracy is measured."
+    )
+
+
 def banner(records: list[dict], docs: str = "docs") -> list[str]:
     """The device and the collective library the runs used; on CPU/gloo, what transfers to GPU/NCCL and what does
     not, in one sentence each, with the link to the section that explains it."""
@@ -92,6 +105,8 @@ def banner(records: list[dict], docs: str = "docs") -> list[str]:
     if not ok:
         return []
     lines = [f"> Measured on {_device_text(ok)}; collectives over {_collective_text(ok)}."]
+    if emulated := _emulated_text(ok):
+        lines += [">", emulated]
     if any(device_kind(r) == "cpu" for r in ok):
         lines += [
             ">",

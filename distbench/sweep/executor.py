@@ -70,8 +70,9 @@ class Executor(ABC):
     """Where and how a configuration's processes start; `run` is every executor's, the rest each one's own."""
 
     @abstractmethod
-    def check(self, configs: list[SweepConfig]) -> None:
-        """Refuse, in one line (UserError) and before any run, what cannot run where this executor runs it."""
+    def check(self, configs: list[SweepConfig], emulated: bool = False) -> None:
+        """Refuse, in one line (UserError) and before any run, what cannot run where this executor runs it
+        (`emulated`: the runs compute nothing, --emulate)."""
 
     @abstractmethod
     def cpus_per_node(self, nodes: int) -> int:
@@ -124,7 +125,7 @@ def launch_config(
         return topology.node_launch(usual_launcher(backend), program, nodes, world_size // nodes)
     if usual_launcher(backend) is HOROVODRUN:  # one horovodrun at the switch; each worker enters its node
         (argv,) = HOROVODRUN.commands([], world_size // nodes, topology.hosts(HOROVODRUN, nodes))
-        cores = topology.SimulatedNodes.split(nodes).env_value()
+        cores = topology.SimulatedNodes.split(nodes, shared=True).env_value()  # checked: LocalExecutor.check
         started = topology.NodeLaunch(
             [argv[: argv.index("python")] + net.horovod_worker(program)], {topology.NODE_CORES_ENV: cores}
         )
@@ -148,14 +149,15 @@ def link_error(config: SweepConfig) -> str | None:
 class LocalExecutor(Executor):
     """This machine: simulated nodes on their own cores, a shaped loopback in a private network namespace."""
 
-    def check(self, configs: list[SweepConfig]) -> None:
-        """Nodes and links that cannot run here: one line, before any run. A shaped link re-runs this command in
-        a private network namespace, so it comes last."""
+    def check(self, configs: list[SweepConfig], emulated: bool = False) -> None:
+        """Nodes and links that cannot run here: one line, before any run (`emulated`: the runs compute nothing, and
+        their nodes may share cores). A shaped link re-runs this command in a private network namespace, so it comes
+        last."""
         for c in configs:
             if (error := link_error(c)) is not None:
                 raise UserError(error)
             if c.nodes > 1:
-                topology.SimulatedNodes.split(c.nodes)  # a core per node
+                topology.SimulatedNodes.split(c.nodes, shared=emulated)  # a core per node that computes
                 launcher = usual_launcher(c.backend)
                 if c.backend in DISTRIBUTED:
                     topology.hosts(launcher, c.nodes)
@@ -169,8 +171,8 @@ class LocalExecutor(Executor):
         return config.link_mode == "per-node" and config.nodes > 1
 
     def cpus_per_node(self, nodes: int) -> int:
-        """Simulated nodes share this machine's usable CPUs."""
-        return available_cpus() // nodes
+        """Simulated nodes share this machine's usable CPUs (emulated nodes, more than the CPUs: one each)."""
+        return max(1, available_cpus() // nodes)
 
     @contextlib.contextmanager
     def links(self, config: SweepConfig):

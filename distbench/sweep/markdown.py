@@ -124,7 +124,8 @@ def _accuracy(row: dict) -> str:
     """The test accuracy, or a plain note where the run was shorter than one epoch: its accuracy says nothing about
     the backend (the column is then throughput only). Evaluation is still exact: the count is shown."""
     if row.get("accuracy_meaningful") is False:
-        return f"n/a: synthetic data ({row['eval_count']:.0f})"
+        why = "emulated" if row.get("emulated") else "synthetic data"
+        return f"n/a: {why} ({row['eval_count']:.0f})"
     epochs = row.get("epochs")
     if epochs is not None and epochs < 1:
         return f"n/a: {epochs:.2f} epoch ({row['eval_count']:.0f})"

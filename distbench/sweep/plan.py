@@ -24,7 +24,11 @@ def axis_values(options: dict[str, str]) -> dict[str, list]:
 
 
 def plan_runs(
-    task: str, values: dict[str, list], threads: int | None, cpus_per_node: Callable[[int], int] | None = None
+    task: str,
+    values: dict[str, list],
+    threads: int | None,
+    cpus_per_node: Callable[[int], int] | None = None,
+    references: bool = True,
 ) -> list[Planned]:
     """Every combination of the axes' values (an axis not given: its default alone), in the axes' declared order,
     each as its backend runs it (an axis that does not apply to it at its default: once, not once per value); a
@@ -32,7 +36,8 @@ def plan_runs(
     out. A reference run is added for
     every (threads, accumulation) used that the sweep does not run itself. Threads default to a node's CPUs
     (`cpus_per_node(nodes)`, the executor's: by default this machine's usable CPUs shared among the nodes) divided
-    among its processes."""
+    among its processes. No reference runs where `references` is false: an emulated sweep's (--emulate), whose one
+    process at the global batch would need a profile at another micro-batch."""
     cpus_per_node = cpus_per_node or (lambda nodes: available_cpus() // nodes)
     runs = []
     for combo in itertools.product(*(values.get(name, [AXES[name].default]) for name in SWEPT)):
@@ -43,6 +48,8 @@ def plan_runs(
         config = config.as_run()
         if config.runs_here() and config not in {p.config for p in runs}:
             runs.append(Planned(config))
+    if not references:
+        return runs
     have = {p.config for p in runs}
     missing = {p.config.reference() for p in runs} - have
     baselines = sorted(missing, key=lambda r: (-r.threads, r.sort_key()))

@@ -19,7 +19,7 @@ def simulate(backend: str, placement: Placement, train_args: list[str], timeout_
         raise UserError(f"--backend {backend} runs one process; simulate a distributed backend")
     config = SweepConfig.placed(backend, placement)
     executor = LocalExecutor()
-    executor.check([config])
+    executor.check([config], emulated=any(a == "--emulate" or a.startswith("--emulate=") for a in train_args))
     try:
         code = executor.run_attached(config, train_args, timeout_s)
     except subprocess.TimeoutExpired:

@@ -72,6 +72,7 @@ def config_row(cfg: Config, configs: list[Config]) -> dict:
     for name in MEMORY:
         row[name] = cfg.median(f"memory_per_rank.{name}")
     row["accuracy_meaningful"] = cfg.ok[0].get("accuracy_meaningful", True)
+    row["emulated"] = cfg.ok[0].get("emulated") is not None
     return row
 
 

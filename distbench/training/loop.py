@@ -264,12 +264,15 @@ class Trainer:
             memory=self.memory,
             time_to_target_s=self.time_to_target_s,
             compute=self.compute_counts(),
+            emulated=self.task.emulation() if hasattr(self.task, "emulation") else None,
         )
 
     def compute_counts(self) -> dict:
         """The model's FLOPs over the first micro-batch, its samples and tokens (training/flops.py; none trained: a run
         resumed at its end), and how they were counted: by the main process, which writes the record."""
         micro = self.first_micro_batch
+        if hasattr(self.task, "emulation"):
+            return {"micro_batch_flops": None, "flops_counted": "not counted: an emulated run computes nothing"}
         if micro is None or not self.backend.is_main:
             return {"micro_batch_flops": None, "flops_counted": "not counted: no step trained"}
         total, how = flops.count_flops(self.task, micro)
@@ -405,6 +408,17 @@ def busy_warning(short: int | None, threads: int) -> str | None:
     )
 
 
+def emulated(task: Task, cfg: RunConfig, launch_env: process.LaunchEnv) -> Task:
+    """The task, or with --emulate its computation replaced by the profile's waits (emulation/emulator.py), checked
+    against the run before any process group starts."""
+    if cfg.emulate is None:
+        return task
+    from distbench.tasks import emulated as emulator
+
+    micro = cfg.batch_size // (launch_env.world_size * cfg.accumulate)
+    return emulator.emulate(task, cfg.emulate, micro, cfg.precision, launch_env.rank, cfg.seed)
+
+
 def run(cfg: RunConfig) -> dict:
     """Check, set up the backend, train, write the record on the main process, tear down."""
     clock = StartupClock()
@@ -419,7 +433,7 @@ def run(cfg: RunConfig) -> dict:
     threads = cfg.threads or default_threads(launch_env.local_world_size)
     cfg = replace(cfg, threads=threads)
     torch.set_num_threads(threads)
-    task = build_task(cfg)
+    task = emulated(build_task(cfg), cfg, launch_env)
     backend_class = spec.load()
     resume = None
     if cfg.checkpoint_dir is not None and checkpoint.path_in(cfg.checkpoint_dir).is_file():

@@ -57,6 +57,7 @@ class RunResult:
     memory: dict  # training/memory.py per_rank, at the end of training
     time_to_target_s: float | None  # training time until --target-accuracy was first reached
     compute: dict  # the model's FLOPs and tokens per sample, and how they were counted (Trainer.compute_counts)
+    emulated: dict | None = None  # --emulate: the profile and the waits (emulation/emulator.py); None: computed
 
 
 def _version(pkg: str) -> str | None:
@@ -230,7 +231,8 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
         "param_checksum": checksum,
         "dataset": run.dataset,
         "data_fingerprints": fingerprints(backend, run.data_fingerprint),
-        "accuracy_meaningful": run.accuracy_meaningful,  # False: synthetic data
+        "accuracy_meaningful": run.accuracy_meaningful,  # False: synthetic data, or emulated
+        "emulated": run.emulated,
         **where_it_ran(backend, cfg.threads, facts, topo),
         "precision": cfg.precision,
         # the largest dropout probability of the model's layers: with dropout on, each rank draws its own masks

@@ -59,7 +59,9 @@ class Reporter:
     def summary(self, record: dict, path: Path) -> None:
         if not self.is_main:
             return
-        acc = f"{record['eval_accuracy']:.4f}" if record.get("accuracy_meaningful", True) else "n/a (synthetic data)"
+        acc = f"{record['eval_accuracy']:.4f}"
+        if not record.get("accuracy_meaningful", True):
+            acc = "n/a (emulated)" if record.get("emulated") else "n/a (synthetic data)"
         print(
             f"{record['task']} | {record['backend']} x{record['world_size']} | "
             f"{record['samples_per_sec']:.1f} samples/s | accuracy {acc} "

@@ -1,0 +1,46 @@
+"""`--emulate PROFILE` under the real launchers: more simulated nodes than this machine has cores, each library's
+own communication for real, the computation the profile's waits (docs/emulation.md)."""
+
+import json
+
+import pytest
+
+from tests.helpers import ROOT, py, run_in
+
+PROFILE = ROOT / "docs" / "profiles" / "mnist-b32-cpu.json"  # MNIST's ConvNet at micro-batch 32, this machine's CPU
+# a library each, started by its own launcher (torchrun: ddp, fsdp; accelerate launch; DeepSpeed's; Fabric's);
+# horovodrun simulates at most 2 nodes here (topology.HOROVOD_LOCAL_HOSTS)
+LIBRARIES = ("ddp", "fsdp", "deepspeed", "accelerate", "fabric")
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(400)
+def test_four_emulated_nodes_of_each_library_run_on_two_cores(tmp_path):
+    out = tmp_path / "sweep"
+    cmd = py(
+        f"run.py compare --backends {','.join(LIBRARIES)} --nodes 4 --nprocs 1 --batch-size 128 --max-steps 6 "
+        f"--emulate {PROFILE} --out",
+        out,
+    )
+    run_in(tmp_path, cmd, timeout=380)
+    recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["backend"] for r in recs) == sorted(LIBRARIES)  # no single-process reference: another micro-batch
+    profile = json.loads(PROFILE.read_text())
+    waits_ms = (profile["forward"]["median_s"] + profile["backward"]["median_s"]) * 1e3
+    for r in recs:
+        assert r["status"] == "ok", r.get("error")
+        assert (r["world_size"], r["topology"]["nodes"], r["micro_batch_size"]) == (4, 4, 32)
+        assert len({tuple(c) for c in r["topology"]["node_cores"]}) == 2  # four nodes on two cores
+        e = r["emulated"]
+        assert (e["profile"], e["micro_batch"], e["dilation"]) == (str(PROFILE), 32, 1.0)
+        assert r["accuracy_meaningful"] is False and r["eval_count"] == 500 and r["model_flops_per_sample"] is None
+        # every step waits for the profile's forward and backward (each rank's steps drawn from its spread, the
+        # slowest of 4 ranks at least the median's 0.97), then for the exchanges
+        assert r["step_time_ms"]["p50"] >= 0.95 * waits_ms, r["backend"]
+    held = {r["backend"]: r["memory_per_rank"]["params_bytes"] for r in recs}
+    assert held["fsdp"] < held["ddp"] / 3  # FSDP2's shards, a quarter each (with padding)
+    # the optimizer's state was made (its first step is the real one): sharded by FSDP2 too
+    state = {r["backend"]: r["memory_per_rank"]["optimizer_bytes"] for r in recs}
+    assert state["ddp"] > 0 and state["fsdp"] < state["ddp"] / 3
+    report = (out / "report.md").read_text()
+    assert "**Emulated** (5 of 5 runs)" in report and "n/a: emulated (500)" in report

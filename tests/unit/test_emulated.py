@@ -1,0 +1,178 @@
+"""`--emulate PROFILE` (distbench/tasks/emulated.py): a profile's waits replayed by the real model's modules, the
+gradients ready in the profiled order at the profiled moments; the optimizer's wait per byte it updates; a profile
+that does not fit the run refused in one line; emulated nodes sharing cores."""
+
+import json
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from distbench.emulation.profile import _modules, spread
+from distbench.errors import UserError
+from distbench.launching.topology import SimulatedNodes
+from distbench.tasks import emulated
+from tests.unit.test_profile import BACKWARD_S, FORWARD_S, Model, profiled
+
+
+def profile_of(model: nn.Module, steps: int = 3) -> dict:
+    """The profile `run.py profile` would write of `model` (test_profile's: modules of known times)."""
+    hooks, measured = profiled(model, steps)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return {
+        "kind": emulated.KIND,
+        "version": emulated.VERSION,
+        "micro_batch": 4,
+        "precision": "fp32",
+        "forward": spread(measured.forward),
+        "backward": spread(measured.backward),
+        "optimizer": spread(measured.optimizer),
+        "optimizer_s_per_param_byte": 1e-6,
+        "module_scale": {"forward": 1.0, "backward": 1.0},
+        "modules": _modules(hooks, measured),
+        "param_bytes": nbytes,
+    }
+
+
+def ready_times(model: nn.Module) -> dict[str, float]:
+    """When each owner's weight gradient was accumulated, from the step's start; the forward's end under "forward"."""
+    got, t0 = {}, time.perf_counter()
+    for name, module in emulated.owners(model):
+
+        def hook(_p, name=name):
+            got.setdefault(name, time.perf_counter() - t0)
+
+        module.weight.register_post_accumulate_grad_hook(hook)
+    loss = model(torch.zeros(4))
+    got["forward"] = time.perf_counter() - t0
+    loss.backward()
+    got["backward"] = time.perf_counter() - t0
+    return got
+
+
+def test_a_profiles_round_trip_replays_its_forward_and_its_gradients_in_order_and_on_time(tmp_path):
+    """Profiled (a then b forward, b's gradients then a's), written, read and replayed by a fresh model of the same
+    modules: each gradient is ready no earlier than the profile says, the step lasts the profile's step, plus the
+    sleeps' waking late (about 0.1 ms each) and autograd's own few tenths of a ms."""
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(profile_of(Model())))
+    profile = emulated.check_profile(path, 4, "fp32")
+    model = Model()
+    emulated.install(model, profile, emulated.Clock(emulated.schedule(profile), rank=0, seed=0))
+    ready_times(model)  # the first step allocates what the others reuse
+    got = ready_times(model)
+    assert list(k for k in got if k in ("a", "b")) == ["b", "a"]  # backward reaches b first
+    forward, backward = profile["forward"]["median_s"], profile["backward"]["median_s"]
+    assert forward >= sum(FORWARD_S.values()) and backward >= sum(BACKWARD_S.values())
+    slack = 0.9  # a sleep is shortened by what the earlier ones overran (emulated.Clock._wait)
+    assert slack * forward <= got["forward"] < 1.5 * forward + 0.02
+    for name in ("a", "b"):
+        m = next(m for m in profile["modules"] if m["name"] == name)
+        due = forward + m["backward_start"]["median_s"] + m["backward"]["median_s"]
+        assert slack * due <= got[name] < 1.5 * due + 0.02, name
+    assert slack * (forward + backward) <= got["backward"] < 1.5 * (forward + backward) + 0.02
+
+
+def fixture(**over) -> dict:
+    """A profile of two owners, x then y, times in ms: forward 10 (x from 1 to 4, y from 5 to 9), backward 20 (y's
+    gradients ready at 6, x's at 15)."""
+    ms = lambda v: {"median_s": v / 1e3, "steps_s": [v / 1e3]}  # noqa: E731
+    mods = [
+        {
+            "name": "x",
+            "param_bytes": 8,
+            "forward_start": ms(1),
+            "forward": ms(3),
+            "backward_start": ms(12),
+            "backward": ms(3),
+        },
+        {
+            "name": "y",
+            "param_bytes": 8,
+            "forward_start": ms(5),
+            "forward": ms(4),
+            "backward_start": ms(2),
+            "backward": ms(4),
+        },
+    ]
+    base = {
+        "kind": emulated.KIND,
+        "version": 1,
+        "micro_batch": 8,
+        "precision": "fp32",
+        "forward": {"median_s": 0.010, "steps_s": [0.010, 0.020]},
+        "backward": {"median_s": 0.020, "steps_s": [0.020, 0.020]},
+        "module_scale": {"forward": 1.0, "backward": 1.0},
+        "optimizer_s_per_param_byte": 0.5,
+        "modules": mods,
+    }
+    return {**base, **over}
+
+
+def test_the_waits_add_up_to_the_profiles_forward_and_backward():
+    s = emulated.schedule(fixture())
+    # forward: the head until x starts, x until y starts, y's own length, the tail to the forward's end
+    assert [round(w * 1e3, 6) for w in s.forward] == [1, 4, 4, 1]
+    # backward (run tail, y, x, head): until y's backward starts, y's gradients ready at 6, x's at 15, the rest to 20
+    assert [round(w * 1e3, 6) for w in s.backward] == [5, 9, 4, 2]
+    assert s.step_s == pytest.approx(0.030)
+    assert s.factors == ((1.0, 1.0), (2.0, 1.0))  # each step of the profile against its medians
+    scaled = emulated.schedule(fixture(module_scale={"forward": 0.5, "backward": 1.0}))
+    assert scaled.forward[-1] == pytest.approx(0.010 - 0.5 * 0.009)  # the modules' (hooked) times scaled
+
+
+def test_each_rank_draws_its_own_steps_from_the_profiles_spread():
+    s = emulated.schedule(fixture())
+    draws = {}
+    for rank in (0, 1):
+        clock = emulated.Clock(s, rank=rank, seed=0)
+        draws[rank] = []
+        for _ in range(20):
+            clock.new_step()
+            draws[rank].append(clock.factor)
+    assert set(draws[0]) == set(draws[1]) == {(1.0, 1.0), (2.0, 1.0)} and draws[0] != draws[1]
+    again = emulated.Clock(s, rank=0, seed=0)
+    assert [again.new_step() or again.factor for _ in range(20)] == draws[0]  # seeded
+
+
+def test_the_optimizer_keeps_its_class_and_waits_for_the_bytes_it_updates():
+    clock = emulated.Clock(emulated.schedule(fixture(optimizer_s_per_param_byte=1e-6)), rank=0, seed=0)
+    params = [nn.Parameter(torch.zeros(5_000)), nn.Parameter(torch.zeros(2_500))]  # 30 kB: 30 ms
+    opt = emulated.emulated_optimizer(torch.optim.SGD(params, lr=0.1), clock)
+    assert isinstance(opt, torch.optim.SGD) and type(opt).__name__ == "EmulatedSGD"
+    params[0].grad = torch.ones(5_000)
+    opt.step()  # the first: the real one (the state it makes is memory a rank holds)
+    assert torch.all(params[0] == -0.1)
+    t0 = time.perf_counter()
+    opt.step()
+    assert 0.9 * 0.030 <= time.perf_counter() - t0 < 0.5
+    assert torch.all(params[0] == -0.1)  # nothing computed
+
+
+def test_a_profile_that_does_not_fit_the_run_is_one_line(tmp_path):
+    path = tmp_path / "p.json"
+    with pytest.raises(UserError, match="does not exist"):
+        emulated.check_profile(path, 8, "fp32")
+    path.write_text("{not json")
+    with pytest.raises(UserError, match="not a readable JSON profile"):
+        emulated.check_profile(path, 8, "fp32")
+    path.write_text(json.dumps({"kind": "something else"}))
+    with pytest.raises(UserError, match="not a profile written by `run.py profile`"):
+        emulated.check_profile(path, 8, "fp32")
+    path.write_text(json.dumps(fixture()))
+    with pytest.raises(UserError, match="profiled at micro-batch 8, this run's is 16"):
+        emulated.check_profile(path, 16, "fp32")
+    with pytest.raises(UserError, match="profiled at fp32, this run is bf16: give --precision fp32"):
+        emulated.check_profile(path, 8, "bf16")
+    profile = emulated.check_profile(path, 8, "fp32")
+    clock = emulated.Clock(emulated.schedule(profile), rank=0, seed=0)
+    with pytest.raises(UserError, match=r"not this model's \(in the profile only: \['x', 'y'\]"):
+        emulated.install(Model(), profile, clock)
+
+
+def test_emulated_nodes_may_share_cores_and_computing_ones_may_not():
+    assert SimulatedNodes.split(4, [0, 1], shared=True).node_cores == ((0,), (1,), (0,), (1,))
+    assert SimulatedNodes.split(2, [0, 1], shared=True).node_cores == ((0,), (1,))  # enough: as without
+    with pytest.raises(UserError, match="needs a core of its own.*--emulate"):
+        SimulatedNodes.split(4, [0, 1])
