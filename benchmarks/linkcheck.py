@@ -3,6 +3,7 @@ per-node link full-duplex?
 
     python -m benchmarks.linkcheck check [--rates none,1gbit,100mbit] [--mb 4] [--repeats 5] [--out docs/network.md]
     python -m benchmarks.linkcheck duplex [--rate 100mbit] [--mb 4] [--repeats 3] [--out docs/commbench.md]
+    python -m benchmarks.linkcheck bridge [--nodes 2,4,8,16] [--mb 20] [--repeats 3] [--out docs/emulation.md]
 
 Runs in a private network namespace (distbench/launching/link.py), as `compare --link-rate` does. For each rate,
 torchrun starts 2 processes that all-reduce a float32 tensor of --mb MB --repeats times (after one untimed) and count
@@ -27,6 +28,7 @@ import typer
 
 from benchmarks.harness import ROOT
 from distbench.launching import link
+from distbench.launching.bridge import ring_rates, transfers
 from distbench.launching.launch import TORCHRUN, local_argv, resolve
 from distbench.training.timer import written_bytes
 
@@ -95,52 +97,6 @@ def table(rows: list[dict], command: str) -> list[str]:
     return lines + [""]
 
 
-def transfer(role: str, addr: str, port: int, nbytes: int) -> None:
-    """One end of a TCP transfer of nbytes: `recv` listens on addr:port, reads them all and acknowledges; `send`
-    connects, writes them and prints the seconds until the acknowledgement."""
-    import socket
-    import time
-
-    if role == "recv":
-        with socket.create_server((addr, port)) as server:
-            print("ready", flush=True)
-            conn, _ = server.accept()
-            with conn:
-                left = nbytes
-                while left:
-                    left -= len(conn.recv(min(left, 1 << 20)))
-                conn.sendall(b"k")
-        return
-    payload = bytes(nbytes)
-    with socket.create_connection((addr, port), timeout=120) as conn:
-        t0 = time.perf_counter()
-        conn.sendall(payload)
-        conn.recv(1)
-        print(time.perf_counter() - t0, flush=True)
-
-
-def transfers(net, directions: list[tuple[int, int]], nbytes: int) -> list[float]:
-    """The given transfers (from node, to node) at once, each between the nodes' own addresses: their seconds."""
-    from distbench.launching.netns import node_addr
-
-    py = [sys.executable, "-m", "benchmarks.linkcheck", "transfer"]
-    receivers, senders = [], []
-    for k, (src, dst) in enumerate(directions):
-        args = ["--addr", node_addr(dst), "--port", str(29900 + k), "--nbytes", str(nbytes)]
-        recv = subprocess.Popen(net.wrap(dst, [*py, "recv", *args]), cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        recv.stdout.readline()  # "ready"
-        receivers.append(recv)
-        senders.append((src, args))
-    started = [
-        subprocess.Popen(net.wrap(src, [*py, "send", *args]), cwd=ROOT, stdout=subprocess.PIPE, text=True)
-        for src, args in senders
-    ]
-    seconds = [float(p.communicate(timeout=300)[0]) for p in started]
-    for r in receivers:
-        r.wait(timeout=60)
-    return seconds
-
-
 def duplex_measure(rate: str, mb: float, repeats: int) -> dict:
     """Two per-node links (distbench/launching/netns.py) at `rate`: node 0 to node 1 alone, then both ways at once."""
     from distbench.launching.netns import NodeNetwork
@@ -175,6 +131,35 @@ def duplex_table(row: dict, command: str) -> list[str]:
         f"{both / alone:.2f} |",
         "",
     ]
+
+
+BRIDGE_SECTION = "## The bridge's capacity: every node sending at once"
+
+
+def bridge_measure(nodes: int, mb: float, repeats: int) -> dict:
+    """What the bridge carries with every one of `nodes` nodes sending `mb` MB to the next at once (bridge.py)."""
+    link.shape(link.UNSHAPED)
+    return {"nodes": nodes, "mb": mb, "aggregate_bits_per_s": ring_rates(nodes, mb, repeats)}
+
+
+def bridge_table(rows: list[dict], command: str) -> list[str]:
+    lines = [
+        BRIDGE_SECTION,
+        "",
+        f"Produced by `{command}` on {datetime.now(UTC).date()} ({platform.platform()}, {platform.machine()}): N "
+        "simulated nodes on unshaped per-node links (`--link-mode per-node`), each sending the same bytes over TCP "
+        "to the next at the same time (a ring); the aggregate is all the bytes over the time the slowest transfer "
+        "took. It is what the host's bridge and cores carry for all nodes together: an emulated cluster whose nodes' "
+        "links, at their rate / the dilation, add up to more than this is limited by the host, not by its links.",
+        "",
+        "| nodes | MB each | aggregate Gbit/s (median, min-max) | per node Gbit/s |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        g = [x / 1e9 for x in r["aggregate_bits_per_s"]]
+        med = statistics.median(g)
+        lines.append(f"| {r['nodes']} | {r['mb']:g} | {med:.2f} ({min(g):.2f}-{max(g):.2f}) | {med / r['nodes']:.2f} |")
+    return [*lines, ""]
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -223,9 +208,22 @@ def duplex(
         print("\n".join(section))
 
 
-@app.command("transfer")
-def transfer_command(role: str, addr: str = "", port: int = 0, nbytes: int = 0) -> None:
-    transfer(role, addr, port, nbytes)
+@app.command()
+def bridge(
+    nodes: Annotated[str, typer.Option(help="Comma-separated node counts.")] = "2,4,8,16",
+    mb: Annotated[float, typer.Option(help="Bytes each node sends, MB (10^6).")] = 20.0,
+    repeats: Annotated[int, typer.Option(help="Rings of transfers per node count.")] = 3,
+    out: Annotated[Path | None, typer.Option(help="Replace this file's section with the table.")] = None,
+) -> None:
+    link.enter_private_namespace()
+    rows = [bridge_measure(int(n), mb, repeats) for n in nodes.split(",")]
+    print(json.dumps(rows))
+    if out is not None:
+        from benchmarks.harness import write_section
+
+        section = bridge_table(rows, "python -m benchmarks.linkcheck " + " ".join(sys.argv[1:]))
+        write_section(out, BRIDGE_SECTION, section)
+        print("\n".join(section))
 
 
 @app.command("worker")

@@ -223,6 +223,14 @@ class RunConfig:
         "communication runs for real. Reports no accuracy (docs/emulation.md).",
         resume=True,
     )
+    dilation: float = option(
+        1.0,
+        "With --emulate: every wait K times longer and the link K times slower (simulate and compare shape it at "
+        "rate / K), so that the host carries the traffic of more nodes at the same ratios; times are recorded "
+        "divided back by K, as measured under `dilated`.",
+        checks=(Check(lambda v: 1.0 <= v <= 1000.0, "must be between 1 and 1000"),),
+        resume=True,
+    )
     checkpoint_dir: Path | None = option(
         None, "Save checkpoints here; a run resumes from the one it finds there.", sweep=SET
     )
@@ -315,6 +323,8 @@ def validate(cfg: RunConfig, world_size: int) -> None:
                 raise UserError(error)
     _check_batch(cfg, world_size)
     check_dir_option("data_dir", cfg.data_dir)
+    if cfg.dilation != 1.0 and cfg.emulate is None:
+        raise UserError(f"--dilation {cfg.dilation:g} stretches an emulated run's waits: give --emulate PROFILE too")
     if cfg.checkpoint_dir is not None and cfg.checkpoint_dir.exists() and not cfg.checkpoint_dir.is_dir():
         raise UserError(f"--checkpoint-dir {cfg.checkpoint_dir} is not a directory")
     _check_output(cfg.output, cfg.force)

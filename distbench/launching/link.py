@@ -153,6 +153,12 @@ def format_rate(bits: float | None) -> str:
     return f"{bits / _UNITS[unit]:.6g}{unit}"
 
 
+def dilated(rate: str, k: float) -> str:
+    """The rate a link of `rate` is shaped at under time dilation K (--dilation): K times slower; unshaped stays."""
+    bits = parse_rate(rate)
+    return rate if bits is None or k == 1.0 else format_rate(bits / k)
+
+
 def canonical_rate(text: str) -> str:
     """A rate as given ("1000mbit", " 1Gbit") in the one form records and names use ("1gbit"); checked."""
     return format_rate(parse_rate(text))

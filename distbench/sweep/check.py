@@ -50,7 +50,7 @@ def check_sweep(configs: list[SweepConfig], given: dict, executor: Executor) -> 
     for config in configs:
         if (error := configuration_error(config, given)) is not None:
             raise UserError(f"{config.name()}: {error}")
-    executor.check(configs, emulated=given.get("emulate") is not None)
+    executor.check(configs, emulated=given.get("emulate") is not None, dilation=given.get("dilation") or 1.0)
     if crowded := oversubscribed(configs, executor.cpus_per_node):
         said = ", ".join(f"{c.name()} ({c.nprocs * c.threads} on {cpus})" for c, cpus in crowded)
         print(

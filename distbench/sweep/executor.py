@@ -33,7 +33,7 @@ from pathlib import Path
 
 from distbench.backends import DISTRIBUTED, get_spec
 from distbench.errors import UserError
-from distbench.launching import link, netns, topology
+from distbench.launching import bridge, link, netns, topology
 from distbench.launching.commands import usual_launcher
 from distbench.launching.launch import HOROVODRUN, local_argv, resolve
 from distbench.launching.netns import NodeNetwork
@@ -70,9 +70,9 @@ class Executor(ABC):
     """Where and how a configuration's processes start; `run` is every executor's, the rest each one's own."""
 
     @abstractmethod
-    def check(self, configs: list[SweepConfig], emulated: bool = False) -> None:
+    def check(self, configs: list[SweepConfig], emulated: bool = False, dilation: float = 1.0) -> None:
         """Refuse, in one line (UserError) and before any run, what cannot run where this executor runs it
-        (`emulated`: the runs compute nothing, --emulate)."""
+        (`emulated`: the runs compute nothing, --emulate; `dilation`: their links K times slower, --dilation)."""
 
     @abstractmethod
     def cpus_per_node(self, nodes: int) -> int:
@@ -149,10 +149,13 @@ def link_error(config: SweepConfig) -> str | None:
 class LocalExecutor(Executor):
     """This machine: simulated nodes on their own cores, a shaped loopback in a private network namespace."""
 
-    def check(self, configs: list[SweepConfig], emulated: bool = False) -> None:
+    dilation = 1.0  # --dilation: the links are shaped at their rate / K (check sets it)
+
+    def check(self, configs: list[SweepConfig], emulated: bool = False, dilation: float = 1.0) -> None:
         """Nodes and links that cannot run here: one line, before any run (`emulated`: the runs compute nothing, and
-        their nodes may share cores). A shaped link re-runs this command in a private network namespace, so it comes
-        last."""
+        their nodes may share cores; `dilation`: their links are shaped K times slower). A shaped link re-runs this
+        command in a private network namespace, so it comes last."""
+        self.dilation = dilation
         for c in configs:
             if (error := link_error(c)) is not None:
                 raise UserError(error)
@@ -165,6 +168,9 @@ class LocalExecutor(Executor):
             raise UserError("--link-mode per-node makes a network namespace per node (ip netns add): run it as root")
         if any(link.parse_rate(c.link_rate) is not None or self._per_node(c) for c in configs):
             link.enter_private_namespace()  # returns once inside
+        for c in configs if emulated else []:  # many nodes' links on one host: no more than its bridge carries
+            if self._per_node(c):
+                bridge.check(c.nodes, c.link_rate, dilation)
 
     @staticmethod
     def _per_node(config: SweepConfig) -> bool:
@@ -178,13 +184,14 @@ class LocalExecutor(Executor):
     def links(self, config: SweepConfig):
         """The links of one run: a namespace per simulated node joined by a switch (per-node), or this namespace's
         loopback shaped (shared; unshaped where the run has no link); yields the node network, or None."""
+        rate = link.dilated(config.link_rate, self.dilation)
         if not self._per_node(config):
             if link.inside():
-                link.shape(config.link_rate)
+                link.shape(rate)
             yield None
             return
         link.shape(link.UNSHAPED)  # each node's own processes talk over its loopback, unshaped
-        net = NodeNetwork(config.nodes, config.link_rate).up()
+        net = NodeNetwork(config.nodes, rate).up()
         try:
             yield net
         finally:

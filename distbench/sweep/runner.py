@@ -17,6 +17,7 @@ from distbench.records import append_line, to_json
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.executor import Executor
 from distbench.sweep.plan import Planned
+from distbench.tasks.emulated import host_bound_said
 
 RESULTS = "results.jsonl"
 
@@ -93,6 +94,8 @@ def checked(config: SweepConfig, record: dict) -> dict:
     if differences:
         error = "the run did not run as planned: " + "; ".join(differences)
         return {**record, **config.to_record(), "status": "failed", "error": error}
+    if (invalid := host_bound_said(record.get("emulated"))) is not None:
+        return {**record, "status": "failed", "error": invalid}
     return record
 
 

@@ -19,7 +19,7 @@ def simulate(backend: str, placement: Placement, train_args: list[str], timeout_
         raise UserError(f"--backend {backend} runs one process; simulate a distributed backend")
     config = SweepConfig.placed(backend, placement)
     executor = LocalExecutor()
-    executor.check([config], emulated=any(a == "--emulate" or a.startswith("--emulate=") for a in train_args))
+    executor.check([config], emulated=_given("--emulate", train_args) is not None, dilation=_dilation(train_args))
     try:
         code = executor.run_attached(config, train_args, timeout_s)
     except subprocess.TimeoutExpired:
@@ -27,3 +27,22 @@ def simulate(backend: str, placement: Placement, train_args: list[str], timeout_
     said = f"{backend} as {placement.nodes} node(s) x {placement.nprocs} process(es), {config.link_said()}"
     print(f"simulated {said}: {'done' if code == 0 else f'exit code {code}'}", file=sys.stderr)
     return code
+
+
+def _given(flag: str, args: list[str]) -> str | None:
+    """The value of `flag` among the job's own options (FLAG VALUE or FLAG=VALUE), or None."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _dilation(args: list[str]) -> float:
+    """--dilation K among the job's options (its links are shaped K times slower); the run checks the value."""
+    value = _given("--dilation", args)
+    try:
+        return float(value) if value is not None else 1.0
+    except ValueError:
+        raise UserError(f"--dilation {value!r} is not a number") from None

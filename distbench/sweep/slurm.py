@@ -54,7 +54,7 @@ class SlurmExecutor(Executor):
         self.launch_form = launch_form
         self._node_cores: list[list[int]] | None = None
 
-    def check(self, configs: list[SweepConfig], emulated: bool = False) -> None:
+    def check(self, configs: list[SweepConfig], emulated: bool = False, dilation: float = 1.0) -> None:
         """More nodes than the allocation has, a shaped link (the cluster's network is the link) and hosts horovodrun
         cannot tell apart: one line, before any run."""
         for c in configs:

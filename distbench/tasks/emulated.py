@@ -36,6 +36,21 @@ from distbench.errors import UserError
 
 KIND = "distbench-module-profile"  # what `run.py profile` writes (emulation/profile.py)
 VERSION = 1
+# An emulated run is valid while its processes leave the host room: beyond this share of their cores' time in the
+# timed window (the libraries' host work: Python, gloo's copies and reductions, the sockets), the host, not the
+# emulated links and devices, set the pace, as it would not on a GPU node with cores to spare.
+HOST_BUSY_LIMIT = 0.8
+
+
+def host_bound_said(emulated: dict | None) -> str | None:
+    """What a record says of an emulated run whose host was the bottleneck (None: it was not, or not emulated)."""
+    if not emulated or not emulated.get("host_bound"):
+        return None
+    return (
+        f"invalid emulation: the run's processes kept {emulated['host_busy_share']:.0%} of their cores busy in the "
+        f"timed window (more than {HOST_BUSY_LIMIT:.0%}): the host set the pace, not the emulated cluster; run "
+        "fewer nodes per core or a larger --dilation"
+    )
 
 
 def owners(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -367,7 +382,10 @@ class EmulatedTask:
         }
 
 
-def emulate(task, path: Path, micro_batch: int, precision: str, rank: int, seed: int) -> EmulatedTask:
-    """The task emulated from the profile at `path`, checked against the run before anything starts."""
+def emulate(
+    task, path: Path, micro_batch: int, precision: str, rank: int, seed: int, dilation: float = 1.0
+) -> EmulatedTask:
+    """The task emulated from the profile at `path` (every wait x `dilation`), checked against the run before
+    anything starts."""
     profile = check_profile(path, micro_batch, precision)
-    return EmulatedTask(task, profile, path, Clock(schedule(profile), rank, seed))
+    return EmulatedTask(task, profile, path, Clock(schedule(profile), rank, seed, dilation))

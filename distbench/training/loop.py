@@ -416,7 +416,7 @@ def emulated(task: Task, cfg: RunConfig, launch_env: process.LaunchEnv) -> Task:
     from distbench.tasks import emulated as emulator
 
     micro = cfg.batch_size // (launch_env.world_size * cfg.accumulate)
-    return emulator.emulate(task, cfg.emulate, micro, cfg.precision, launch_env.rank, cfg.seed)
+    return emulator.emulate(task, cfg.emulate, micro, cfg.precision, launch_env.rank, cfg.seed, cfg.dilation)
 
 
 def run(cfg: RunConfig) -> dict:

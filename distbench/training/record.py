@@ -211,7 +211,7 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
         "accumulate": cfg.accumulate,
         "micro_batch_size": cfg.batch_size // (backend.world_size * cfg.accumulate),
         "grad_compression": cfg.grad_compression,
-        **(summary := timer.summary(cfg.batch_size)),
+        **(summary := undilated(timer.summary(cfg.batch_size), cfg.dilation)),
         **compute_figures(run, timer, summary["samples_per_sec"]),
         "written_bytes_per_step": written_per_step(backend, timer),
         "startup_s": facts.startup.total_s,  # process start to the end of the first step (None: no step run)
@@ -232,8 +232,8 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
         "dataset": run.dataset,
         "data_fingerprints": fingerprints(backend, run.data_fingerprint),
         "accuracy_meaningful": run.accuracy_meaningful,  # False: synthetic data, or emulated
-        "emulated": run.emulated,
-        **where_it_ran(backend, cfg.threads, facts, topo),
+        "emulated": host_share(run.emulated, backend, timer, topo),
+        **where_it_ran(backend, cfg.threads, facts, topo, cfg.dilation),
         "precision": cfg.precision,
         # the largest dropout probability of the model's layers: with dropout on, each rank draws its own masks
         "dropout_p": dropout_p(backend.unwrap(run.model)),
@@ -261,7 +261,44 @@ def compute_figures(run: RunResult, timer: StepTimer, samples_per_sec: float) ->
     }
 
 
-def where_it_ran(backend: Backend, threads: int, facts: Facts, topo: dict) -> dict:
+def host_share(emulated: dict | None, backend: Backend, timer: StepTimer, topo: dict) -> dict | None:
+    """An emulated run's `emulated`, with the share of its cores' time its processes used in the timed window (every
+    rank's CPU time over the window times the cores they ran on; a collective) and whether that is beyond what the
+    emulation allows (tasks/emulated.HOST_BUSY_LIMIT: the host was the bottleneck, not the links)."""
+    if emulated is None:
+        return None
+    from distbench.tasks.emulated import HOST_BUSY_LIMIT
+
+    cpu = backend.all_reduce(torch.tensor([timer.window_cpu_s or 0.0]), ReduceOp.SUM).item()
+    cores = len({c for cores in topo.get("rank_cores") or [] for c in cores or []}) or available_cpus()
+    share = cpu / (timer.window_s * cores) if timer.window_s > 0 else None
+    return {**emulated, "host_busy_share": share, "host_bound": share is not None and share > HOST_BUSY_LIMIT}
+
+
+def undilated(summary: dict, k: float) -> dict:
+    """--dilation K (an emulated run's waits and link K times slower): the step's times divided back by K and
+    samples/s multiplied by it, what was measured kept under `dilated` (None: not dilated)."""
+    if k == 1.0:
+        return {**summary, "dilated": None}
+    measured = {key: summary[key] for key in ("samples_per_sec", "step_time_ms", "step_breakdown_ms")}
+    return {
+        **summary,
+        "samples_per_sec": summary["samples_per_sec"] * k,
+        "step_time_ms": {q: v / k for q, v in summary["step_time_ms"].items()},
+        "step_breakdown_ms": {phase: v / k for phase, v in summary["step_breakdown_ms"].items()},
+        "dilated": {"dilation": k, **measured},
+    }
+
+
+def dilated_link(observed: dict, k: float) -> dict:
+    """The link a dilated run emulates: K times the rate its namespace has (kept as `link_rate_shaped`)."""
+    rate = link.parse_rate(observed["link_rate"])
+    if k == 1.0 or rate is None:
+        return observed
+    return {**observed, "link_rate": link.format_rate(rate * k), "link_rate_shaped": observed["link_rate"]}
+
+
+def where_it_ran(backend: Backend, threads: int, facts: Facts, topo: dict, dilation: float = 1.0) -> dict:
     """The record's account of where the run ran: the software and machine, the ranks' nodes and cores, the
     machine's load, the scheduler, the link between nodes and the launcher."""
     return {
@@ -271,7 +308,7 @@ def where_it_ran(backend: Backend, threads: int, facts: Facts, topo: dict) -> di
         "scheduler": scheduler_facts(),  # Slurm's job, step and node of the main process (None: no scheduler)
         # the link the run's traffic crossed (launching/link.py): its rate ("none": unshaped) and mode (shared: a
         # bucket on loopback; per-node: a NIC per node, netns.py)
-        **link.observe(),
+        **dilated_link(link.observe(), dilation),
         "launcher": backend.launch.launcher,
         # torchrun: how often this machine's agent had restarted the worker group when this run began
         "launcher_restarts": backend.launch.restart_count,

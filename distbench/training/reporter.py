@@ -13,6 +13,7 @@ from tqdm import tqdm
 
 from distbench import records
 from distbench.errors import RecordNotWritten
+from distbench.tasks.emulated import host_bound_said
 
 
 class Reporter:
@@ -59,6 +60,8 @@ class Reporter:
     def summary(self, record: dict, path: Path) -> None:
         if not self.is_main:
             return
+        if (invalid := host_bound_said(record.get("emulated"))) is not None:
+            print(f"warning: {invalid}", file=sys.stderr, flush=True)
         acc = f"{record['eval_accuracy']:.4f}"
         if not record.get("accuracy_meaningful", True):
             acc = "n/a (emulated)" if record.get("emulated") else "n/a (synthetic data)"

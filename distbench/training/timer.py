@@ -175,6 +175,7 @@ class StepTimer:
         self.first_step_unix: float | None = None
         self._t_begin = self._t_window = self._t_end = None
         self._io_window = self._io_end = None  # written_bytes() when the window opens and closes
+        self._cpu_window = self._cpu_end = None  # this process's CPU time (every thread's) then
         self._excluded_s = 0.0  # evaluation time inside the window
         self._excluded_total_s = 0.0
         self._marks: list = []  # this step's marks: its start, then the end of each phase in PHASES' order
@@ -184,7 +185,7 @@ class StepTimer:
     def begin(self) -> None:
         self._t_begin = time.perf_counter()
         if self.warmup == 0:
-            self._t_window, self._io_window = self._t_begin, written_bytes()
+            self._t_window, self._io_window, self._cpu_window = self._t_begin, written_bytes(), time.process_time()
 
     def start_step(self) -> None:
         self._marks, self._tokens = [self.clock.mark()], 0
@@ -210,7 +211,11 @@ class StepTimer:
         if self.steps == self.warmup:
             self.clock.drain()
             self.barrier()
-            self._t_window, self._io_window = time.perf_counter(), written_bytes()
+            self._t_window, self._io_window, self._cpu_window = (
+                time.perf_counter(),
+                written_bytes(),
+                time.process_time(),
+            )
 
     def resolve(self) -> None:
         """Read the marks of the steps timed since the last call: one wait, for the newest mark."""
@@ -237,7 +242,7 @@ class StepTimer:
     def finish(self) -> None:
         self.clock.drain()
         self.barrier()
-        self._t_end, self._io_end = time.perf_counter(), written_bytes()
+        self._t_end, self._io_end, self._cpu_end = time.perf_counter(), written_bytes(), time.process_time()
         self.resolve()
 
     @property
@@ -261,6 +266,13 @@ class StepTimer:
             "step_clock": self.clock.name,  # what the step times and the breakdown were taken on
             "step_breakdown_ms": {k: v / n for k, v in self.phase_ms.items()},
         }
+
+    @property
+    def window_cpu_s(self) -> float | None:
+        """The CPU time this process (every thread of it) spent in the timed window, evaluations included."""
+        if self._cpu_window is None or self._cpu_end is None:
+            return None
+        return self._cpu_end - self._cpu_window
 
     def written_bytes_per_step(self) -> float | None:
         if self._io_window is None or self._io_end is None or not self.steady_steps:

@@ -15,7 +15,7 @@ class Executor:
     def __init__(self, cpus: int = 4):
         self.cpus, self.checked = cpus, None
 
-    def check(self, configs, emulated=False):
+    def check(self, configs, emulated=False, dilation=1.0):
         self.checked = configs
 
     def cpus_per_node(self, nodes):

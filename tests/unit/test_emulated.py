@@ -1,6 +1,7 @@
 """`--emulate PROFILE` (distbench/tasks/emulated.py): a profile's waits replayed by the real model's modules, the
 gradients ready in the profiled order at the profiled moments; the optimizer's wait per byte it updates; a profile
-that does not fit the run refused in one line; emulated nodes sharing cores."""
+that does not fit the run refused in one line; emulated nodes sharing cores; `--dilation` divided back; a host that
+was the bottleneck failing the run."""
 
 import json
 import time
@@ -9,10 +10,15 @@ import pytest
 import torch
 from torch import nn
 
+from distbench.config import RunConfig, validate
 from distbench.emulation.profile import _modules, spread
 from distbench.errors import UserError
+from distbench.launching import link
 from distbench.launching.topology import SimulatedNodes
+from distbench.sweep.configuration import SweepConfig
+from distbench.sweep.runner import checked
 from distbench.tasks import emulated
+from distbench.training.record import dilated_link, undilated
 from tests.unit.test_profile import BACKWARD_S, FORWARD_S, Model, profiled
 
 
@@ -176,3 +182,85 @@ def test_emulated_nodes_may_share_cores_and_computing_ones_may_not():
     assert SimulatedNodes.split(2, [0, 1], shared=True).node_cores == ((0,), (1,))  # enough: as without
     with pytest.raises(UserError, match="needs a core of its own.*--emulate"):
         SimulatedNodes.split(4, [0, 1])
+
+
+def test_a_dilated_runs_times_are_divided_back_and_its_link_is_the_emulated_one():
+    summary = {
+        "warmup_steps": 2,
+        "samples_per_sec": 100.0,
+        "step_time_ms": {"p50": 400.0, "p90": 800.0},
+        "step_clock": "host",
+        "step_breakdown_ms": {"data_ms": 4.0, "forward_backward_ms": 300.0, "optimizer_ms": 96.0},
+    }
+    back = undilated(summary, 4.0)
+    assert back["samples_per_sec"] == 400.0 and back["step_time_ms"] == {"p50": 100.0, "p90": 200.0}
+    assert back["step_breakdown_ms"] == {"data_ms": 1.0, "forward_backward_ms": 75.0, "optimizer_ms": 24.0}
+    assert back["dilated"]["dilation"] == 4.0 and back["dilated"]["samples_per_sec"] == 100.0  # as measured
+    assert undilated(summary, 1.0) == {**summary, "dilated": None}
+    assert link.dilated("1gbit", 4.0) == "250mbit" and link.dilated("none", 4.0) == "none"
+    seen = {"link_rate": "250mbit", "link_mode": "per-node"}
+    assert dilated_link(seen, 4.0) == {"link_rate": "1gbit", "link_mode": "per-node", "link_rate_shaped": "250mbit"}
+    assert dilated_link(seen, 1.0) == seen
+    with pytest.raises(UserError, match="--dilation 4 stretches an emulated run's waits: give --emulate"):
+        validate(RunConfig(dilation=4.0, batch_size=64), 1)
+
+
+def test_an_emulated_run_whose_host_was_the_bottleneck_is_failed_in_a_sweep():
+    config = SweepConfig(task="mnist", backend="ddp", world_size=2, threads=1)
+    ok = {"status": "ok", "error": None, **config.to_record()}
+    busy = {"host_busy_share": 0.93, "host_bound": True}
+    failed = checked(config, {**ok, "emulated": busy})
+    assert failed["status"] == "failed" and failed["error"].startswith(
+        "invalid emulation: the run's processes kept 93%"
+    )
+    assert checked(config, {**ok, "emulated": {"host_busy_share": 0.5, "host_bound": False}}) == {
+        **ok,
+        "emulated": {"host_busy_share": 0.5, "host_bound": False},
+    }
+    assert emulated.host_bound_said(None) is None
+
+
+def test_dilation_stretches_every_wait_and_the_step_divided_back_is_the_same():
+    """The same emulated step at dilation 1 and 4 (the test_profile model, single process): divided back by 4, the
+    step is the undilated one, to within what is not dilated (autograd's chain, the sleeps' waking late)."""
+    profile = profile_of(Model())
+    steps = {}
+    for k in (1.0, 4.0):
+        model = Model()
+        emulated.install(model, profile, emulated.Clock(emulated.schedule(profile), rank=0, seed=0, dilation=k))
+        times = []
+        for _ in range(4):
+            t0 = time.perf_counter()
+            model(torch.zeros(4)).backward()
+            times.append(time.perf_counter() - t0)
+        steps[k] = sorted(times)[1:3]  # the middle two
+    one, four = sum(steps[1.0]) / 2, sum(steps[4.0]) / 2 / 4
+    assert four == pytest.approx(one, rel=0.2), (one, four)
+    waits = profile["forward"]["median_s"] + profile["backward"]["median_s"]
+    assert sum(steps[4.0]) / 2 >= 0.9 * 4 * waits  # it waited 4 times as long
+
+
+def test_links_that_need_more_than_the_hosts_bridge_carries_are_refused_with_the_dilation_that_fits(monkeypatch):
+    from distbench.launching import bridge
+
+    monkeypatch.setattr(bridge, "capacity", lambda nodes: {"bits_per_s": 8e9, "measured": "2026-12-04"})
+    bridge.check(4, "1gbit", 1.0)  # 4 Gbit/s: half of the 8 measured
+    bridge.check(16, "1gbit", 4.0)  # 16 Gbit/s / 4
+    bridge.check(64, "none", 1.0)  # unshaped: nothing planned
+    with pytest.raises(
+        UserError, match=r"^16 emulated nodes on 1gbit links need 16 Gbit/s .* give --dilation 4 or more"
+    ):
+        bridge.check(16, "1gbit", 1.0)
+    with pytest.raises(UserError, match="give --dilation 4 or more"):
+        bridge.check(16, "1gbit", 3.9)
+
+
+def test_the_bridges_capacity_is_measured_once_per_machine_and_node_count(monkeypatch, tmp_path):
+    from distbench.launching import bridge
+
+    measured = []
+    monkeypatch.setenv("DISTBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(bridge, "ring_rates", lambda nodes: measured.append(nodes) or [3e9, 1e9, 2e9])
+    assert bridge.capacity(4)["bits_per_s"] == 2e9 and bridge.capacity(4)["bits_per_s"] == 2e9
+    assert bridge.capacity(8)["bits_per_s"] == 2e9 and measured == [4, 8]
+    assert json.loads((tmp_path / bridge.CACHE_FILE).read_text())  # kept, valid JSON
