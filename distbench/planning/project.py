@@ -104,7 +104,7 @@ def _plan(r: ProjectRequest, ref: Reference) -> Plan:
         r.batch_size or ref.batch_size,
         r.accumulate,
         r.grad_compression,
-        ref.device == "cpu",
+        ref.device == "cpu" and not ref.emulated,  # an emulated computation waits: the cores stay free, as a GPU's
         r.zero_stage,
     )
     if plan.micro_batch < 1 or plan.batch_size % (plan.world * r.accumulate):

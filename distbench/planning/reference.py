@@ -37,6 +37,7 @@ class Reference:
     runs: list[Phases]
     samples_per_sec: list[float]
     by_batch: dict[int, list[Phases]] = field(default_factory=dict)
+    emulated: bool = False  # the runs replayed a profile (--emulate): their computation left the cores free
 
     @classmethod
     def load(cls, sweep_dirs: list[Path], batch: int | None = None) -> Reference:
@@ -73,8 +74,21 @@ class Reference:
         mine = by_batch[batch]
         device = str(mine[0]["environment"]["device"]).split(":")[0]
         phases = {b: [_phases(r) for r in rs] for b, rs in by_batch.items()}
+        emulated = {r.get("emulated") is not None for r in recs}
+        if len(emulated) > 1:
+            raise UserError(
+                f"{where}: some `single` x1 runs were emulated (--emulate) and some computed: give one kind"
+            )
         return cls(
-            task, batch, threads, device, mine[0]["config"], phases[batch], [r["samples_per_sec"] for r in mine], phases
+            task,
+            batch,
+            threads,
+            device,
+            mine[0]["config"],
+            phases[batch],
+            [r["samples_per_sec"] for r in mine],
+            phases,
+            emulated.pop(),
         )
 
 

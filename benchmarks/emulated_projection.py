@@ -1,0 +1,157 @@
+"""`project` validated beyond 2 nodes against emulated clusters (docs/projection.md): predict, then measure.
+
+    python -m benchmarks.emulated_projection commbench   # each library's all-reduce on N per-node links (N nodes)
+    python -m benchmarks.emulated_projection reference   # `single` x1 emulated from the profile: the computation
+    python -m benchmarks.emulated_projection predict     # `run.py project` for every case, nothing measured yet
+    python -m benchmarks.emulated_projection measure     # the same cases emulated with `run.py compare`
+    python -m benchmarks.emulated_projection table       # predicted against measured, into docs/projection.md
+
+The computation is the MNIST profile measured on this machine's CPU (docs/profiles/mnist-b32-cpu.json, micro-batch
+32, one thread): the reference is `single` x1 emulated from it, and every measured run replays it on N simulated
+nodes x 1 process that share this machine's 2 cores (an emulated node computes nothing). The nodes' links are
+per-node at one rate; commbench times each library's all-reduce on the same N nodes and links. Everything goes
+under docs/results/projection/emulated/; each step is the commands a user types.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import typer
+
+from benchmarks.harness import ROOT, machine, write_section
+from benchmarks.projection import LOADED_SIZES, _summary, run
+
+OUT = ROOT / "docs" / "results" / "projection" / "emulated"
+PROFILE = "docs/profiles/mnist-b32-cpu.json"
+MICRO = 32
+NODES = (2, 4, 8)
+RATE = "100mbit"
+BACKENDS = ("ddp", "deepspeed")
+SECTION = "## Validation at 2, 4 and 8 nodes against emulated clusters: predicted before measuring"
+TASK = ["--task", "mnist", "--threads", "1", "--dropout", "0"]
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def placed(n: int) -> list[str]:
+    return ["--nodes", str(n), "--nprocs", "1", "--link-mode", "per-node", "--link-rate", RATE]
+
+
+def prediction(n: int) -> Path:
+    return OUT / "predictions" / f"{RATE}-n{n}.json"
+
+
+def sweep(n: int) -> Path:
+    return OUT / f"measured-n{n}"
+
+
+@app.command()
+def commbench(repeats: int = 5, rounds: int = 2) -> None:
+    for n in NODES:
+        out = OUT / "commbench" / f"n{n}"
+        if not (out / "fit.json").exists():
+            shutil.rmtree(out, ignore_errors=True)
+            args = ["--backends", ",".join(BACKENDS), *placed(n), "--sizes", LOADED_SIZES, "--repeats", str(repeats)]
+            run(["run.py", "commbench", *args, "--rounds", str(rounds), "--out", str(out)])
+
+
+@app.command()
+def reference(repeats: int = 5, steps: int = 60) -> None:
+    out = OUT / "reference"
+    if (out / "report.md").exists():
+        return
+    shutil.rmtree(out, ignore_errors=True)
+    args = [*TASK, "--batch-size", str(MICRO), "--backends", "single", "--nprocs", "1", "--emulate", PROFILE]
+    run(["run.py", "compare", *args, "--max-steps", str(steps), "--repeats", str(repeats), "--out", str(out)])
+
+
+@app.command()
+def predict() -> None:
+    for n in NODES:
+        path = prediction(n)
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS)]
+        commbench = ["--commbench", str(OUT / "commbench" / f"n{n}")]
+        run(["run.py", "project", str(OUT / "reference"), *commbench, *plan, "--output", str(path)])
+
+
+@app.command()
+def measure(repeats: int = 3, steps: int = 40) -> None:
+    """The emulated sweeps (refused before the predictions)."""
+    missing = [str(n) for n in NODES if not prediction(n).exists()]
+    if missing:
+        raise SystemExit(
+            f"predict first (python -m benchmarks.emulated_projection predict): nodes {', '.join(missing)}"
+        )
+    for n in NODES:
+        out = sweep(n)
+        if (out / "report.md").exists():
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        args = [*TASK, "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS), *placed(n)]
+        args += ["--emulate", PROFILE, "--max-steps", str(steps), "--repeats", str(repeats)]
+        run(["run.py", "compare", *args, "--out", str(out)])
+
+
+def rows() -> list[dict]:
+    from distbench.sweep import grouping
+
+    out = []
+    for n in NODES:
+        predicted = {p["backend"]: p for p in json.loads(prediction(n).read_text())}
+        recs = grouping.load([sweep(n)]).records if (sweep(n) / "results.jsonl").exists() else []
+        for backend in BACKENDS:
+            runs = [r["samples_per_sec"] for r in recs if r["status"] == "ok" and r["backend"] == backend]
+            failed = sum(r["status"] != "ok" for r in recs if r["backend"] == backend)
+            m = statistics.median(runs) if runs else None
+            p = predicted[backend]
+            err = (p["samples_per_sec"] - m) / m if m else None
+            out.append(
+                {"nodes": n, "backend": backend, "p": p, "runs": runs, "failed": failed, "measured": m, "error": err}
+            )
+    return out
+
+
+@app.command()
+def table(out: Path = ROOT / "docs" / "projection.md") -> None:
+    data = rows()
+    errors = [abs(r["error"]) for r in data if r["error"] is not None]
+    folder = OUT.relative_to(ROOT)
+    lines = [
+        SECTION,
+        "",
+        f"Produced by `python -m benchmarks.emulated_projection table` on {machine()}, from the predictions in "
+        f"{folder}/predictions/ (written by `... predict` before `... measure` ran the sweeps) and the sweeps "
+        f"{folder}/measured-nN. MNIST's ConvNet emulated from `{PROFILE}` (this machine's CPU at one thread, "
+        f"micro-batch {MICRO}): N simulated nodes x 1 process on per-node links of {RATE}, sharing 2 cores (an "
+        f"emulated node computes nothing; docs/emulation.md); global batch {MICRO} x N. Reference: `single` x1 "
+        "emulated from the same profile; commbench on the same N nodes and links. Error = (predicted - measured) / "
+        "measured, measured = the median samples/s over the rounds (min-max beside it).",
+        "",
+        _summary(errors, f"{len(errors)} cases") if errors else "No measured case yet.",
+        "",
+        "| nodes | library | predicted samples/s (interval) | measured (min-max, runs) | error |",
+        "|---|---|---|---|---|",
+    ]
+    for r in data:
+        p = r["p"]
+        m = "—"
+        if r["runs"]:
+            m = f"{r['measured']:.1f} ({min(r['runs']):.1f}-{max(r['runs']):.1f}, {len(r['runs'])})"
+        if r["failed"]:
+            m += f", {r['failed']} failed"
+        e = f"{100 * r['error']:+.1f} %" if r["error"] is not None else "—"
+        lo, hi = p.get("samples_per_sec_lo"), p.get("samples_per_sec_hi")
+        interval = f" ({lo:.1f}-{hi:.1f})" if lo is not None else ""
+        lines.append(f"| {r['nodes']} | {r['backend']} | {p['samples_per_sec']:.1f}{interval} | {m} | {e} |")
+    write_section(out, SECTION, [*lines, ""])
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    app()
