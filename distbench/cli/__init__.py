@@ -1,5 +1,5 @@
 """Command line: `run.py [train options]` trains, `run.py COMMAND ...` runs one of COMMANDS (compare, simulate,
-report, check-task, commbench, project, profile, slurm-script).
+report, check-task, commbench, project, atlas, profile, slurm-script).
 
 The options of a run are RunConfig's fields (distbench/config.py) and those of a sweep's axes SweepConfig's
 (distbench/sweep/configuration.py): the commands are built from those declarations (declared.py). Bad input is one
@@ -54,6 +54,7 @@ COMMANDS = {
         _PLANNING, "time each library's own all-reduce over message sizes, with a latency-bandwidth fit"
     ),
     "project": Command(_PLANNING, "predict each library's step time at a planned scale from a sweep and a commbench"),
+    "atlas": Command(_PLANNING, "project over a grid of node counts x link rates: who is fastest where, and what link"),
     "profile": Command(
         "distbench.cli.emulation:profile_app",
         "time each module of a task's step, forward and backward, on this machine's device (one JSON file)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -93,6 +94,39 @@ def project(values: dict) -> None:
     run(ProjectRequest(nodes=placement.nodes, nprocs=placement.nprocs, link_rate=rate or "", **values))
 
 
+def atlas_params() -> list[inspect.Parameter]:
+    dirs = inspect.Parameter(
+        "sweep_dirs",
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        default=None,
+        annotation=Annotated[
+            list[Path] | None,
+            typer.Argument(help="Compare folders with the task's `single` x1 runs (or give --from-profile)."),
+        ],
+    )
+    own = [
+        param("output", Path, help="Output folder: atlas.md, atlas.json, efficiency.png, fastest.png."),
+        param("nodes", str, "2,4,8,16", help="Comma-separated node counts (the grid's rows)."),
+        param("link_rates", str, "1gbit,10gbit,25gbit,100gbit,400gbit", help="Comma-separated link rates (columns)."),
+        param("nprocs", int, 1, help="Processes (devices) per node."),
+        param("backends", str, "ddp,horovod,deepspeed", help="Comma-separated backends that all-reduce gradients."),
+        param("from_profile", Path | None, None, help="A module profile (`run.py profile`) as the computation."),
+        param("commbench", Path | None, None, help="A commbench folder: its rate's cells use its fit, not nominal."),
+        param("micro_batch", int, 0, help="Each process's micro-batch (default: the reference's, or the profile's)."),
+        param("checked", str, "", help="Comma-separated emulated compare folders whose cells are marked measured."),
+        param("target", float, 0.9, help="The efficiency whose slowest sufficient link rate is given."),
+    ]
+    return [dirs, *own]
+
+
+def atlas(values: dict) -> None:
+    from distbench.planning.atlas import AtlasRequest, run
+
+    checked = [Path(p) for p in values.pop("checked").split(",") if p.strip()]
+    dirs = values.pop("sweep_dirs") or []
+    run(AtlasRequest(sweep_dirs=dirs, checked=checked, command_line=command_line(), **values))
+
+
 def planning_app() -> typer.Typer:
     """The commbench and project commands, as one typer group."""
     app = new_app()
@@ -112,5 +146,13 @@ def planning_app() -> typer.Typer:
         project,
         help="Predict each library's step time, samples/s and scaling efficiency at a planned scale from a compare "
         "sweep and a commbench; docs/projection.md.",
+    )
+    command(
+        app,
+        "atlas",
+        atlas_params(),
+        atlas,
+        help="project over a grid of node counts x link rates: each library's efficiency, the fastest per cell, the "
+        "link each needs; heatmaps; docs/projection.md.",
     )
     return app

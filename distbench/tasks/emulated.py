@@ -38,8 +38,11 @@ KIND = "distbench-module-profile"  # what `run.py profile` writes (emulation/pro
 VERSION = 1
 # An emulated run is valid while its processes leave the host room: beyond this share of their cores' time in the
 # timed window (the libraries' host work: Python, gloo's copies and reductions, the sockets), the host, not the
-# emulated links and devices, set the pace, as it would not on a GPU node with cores to spare.
-HOST_BUSY_LIMIT = 0.8
+# emulated links and devices, set the pace, as it would not on a GPU node with cores to spare. The share is a mean
+# and the host's work comes in bursts (every rank exchanges at once): the dilation validation (docs/emulation.md)
+# found the same cluster 1.5 % apart at dilations 1 and 4 where the share was 10 %, 20 % apart at 23 %, 21 % at 46 %
+# and 80 % at 61 %.
+HOST_BUSY_LIMIT = 0.15
 
 
 def host_bound_said(emulated: dict | None) -> str | None:

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from distbench.tasks import emulated
 from tests.helpers import ROOT, py, run_in
 
 PROFILE = ROOT / "docs" / "profiles" / "mnist-b32-cpu.json"  # MNIST's ConvNet at micro-batch 32, this machine's CPU
@@ -19,7 +20,7 @@ def test_four_emulated_nodes_of_each_library_run_on_two_cores(tmp_path):
     out = tmp_path / "sweep"
     cmd = py(
         f"run.py compare --backends {','.join(LIBRARIES)} --nodes 4 --nprocs 1 --batch-size 128 --max-steps 6 "
-        f"--emulate {PROFILE} --out",
+        f"--link-rate 1gbit --emulate {PROFILE} --dilation 8 --out",
         out,
     )
     run_in(tmp_path, cmd, timeout=380)
@@ -30,12 +31,15 @@ def test_four_emulated_nodes_of_each_library_run_on_two_cores(tmp_path):
     for r in recs:
         assert r["status"] == "ok", r.get("error")
         assert (r["world_size"], r["topology"]["nodes"], r["micro_batch_size"]) == (4, 4, 32)
+        assert (r["link_rate"], r["link_rate_shaped"]) == ("1gbit", "125mbit")  # the loopback shaped at 1gbit / 8
         assert len({tuple(c) for c in r["topology"]["node_cores"]}) == 2  # four nodes on two cores
         e = r["emulated"]
-        assert (e["profile"], e["micro_batch"], e["dilation"]) == (str(PROFILE), 32, 1.0)
+        assert (e["profile"], e["micro_batch"], e["dilation"]) == (str(PROFILE), 32, 8.0)
+        # the host had room (the sweep fails a run whose processes kept their cores busier: an invalid emulation)
+        assert e["host_busy_share"] <= emulated.HOST_BUSY_LIMIT and r["dilated"]["dilation"] == 8.0
         assert r["accuracy_meaningful"] is False and r["eval_count"] == 500 and r["model_flops_per_sample"] is None
         # every step waits for the profile's forward and backward (each rank's steps drawn from its spread, the
-        # slowest of 4 ranks at least the median's 0.97), then for the exchanges
+        # slowest of 4 ranks at least the median's 0.97), then for the exchanges; divided back by the dilation
         assert r["step_time_ms"]["p50"] >= 0.95 * waits_ms, r["backend"]
     held = {r["backend"]: r["memory_per_rank"]["params_bytes"] for r in recs}
     assert held["fsdp"] < held["ddp"] / 3  # FSDP2's shards, a quarter each (with padding)
