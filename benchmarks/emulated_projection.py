@@ -23,7 +23,7 @@ from pathlib import Path
 import typer
 
 from benchmarks.harness import ROOT, machine, write_section
-from benchmarks.projection import LOADED_SIZES, _summary, run
+from benchmarks.projection import LOADED_SIZES, _summary, case_cells, run
 
 OUT = ROOT / "docs" / "results" / "projection" / "emulated"
 PROFILE = "docs/profiles/mnist-b32-cpu.json"
@@ -138,17 +138,7 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
         "| nodes | library | predicted samples/s (interval) | measured (min-max, runs) | error |",
         "|---|---|---|---|---|",
     ]
-    for r in data:
-        p = r["p"]
-        m = "—"
-        if r["runs"]:
-            m = f"{r['measured']:.1f} ({min(r['runs']):.1f}-{max(r['runs']):.1f}, {len(r['runs'])})"
-        if r["failed"]:
-            m += f", {r['failed']} failed"
-        e = f"{100 * r['error']:+.1f} %" if r["error"] is not None else "—"
-        lo, hi = p.get("samples_per_sec_lo"), p.get("samples_per_sec_hi")
-        interval = f" ({lo:.1f}-{hi:.1f})" if lo is not None else ""
-        lines.append(f"| {r['nodes']} | {r['backend']} | {p['samples_per_sec']:.1f}{interval} | {m} | {e} |")
+    lines += [f"| {r['nodes']} | {r['backend']} | {case_cells(r)} |" for r in data]
     write_section(out, SECTION, [*lines, ""])
     print("\n".join(lines))
 

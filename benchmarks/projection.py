@@ -376,6 +376,19 @@ def recorded_machine(sweeps: tuple[Sweep, ...], root: Path) -> str:
     return f"{when}: {'/'.join(cores)} cores, {', '.join(platforms)}, CPU only (gloo)"
 
 
+def case_cells(r: dict) -> str:
+    """One validation case's last three cells: predicted samples/s (interval), measured (min-max, runs; failed ones),
+    error; `r` holds the prediction `p`, the measured `runs`, their median `measured`, the `error` (and `failed`)."""
+    p = r["p"]
+    m = f"{r['measured']:.1f} ({min(r['runs']):.1f}-{max(r['runs']):.1f}, {len(r['runs'])})" if r["runs"] else "—"
+    if r.get("failed"):
+        m += f", {r['failed']} failed"
+    e = f"{100 * r['error']:+.1f} %" if r["error"] is not None else "—"
+    lo, hi = p.get("samples_per_sec_lo"), p.get("samples_per_sec_hi")
+    interval = f" ({lo:.1f}-{hi:.1f})" if lo is not None else ""
+    return f"{p['samples_per_sec']:.1f}{interval} | {m} | {e}"
+
+
 def _summary(errors: list[float], what: str) -> str:
     return (
         f"**{what}: median absolute error {100 * statistics.median(errors):.1f} %, largest {100 * max(errors):.1f} "

@@ -37,6 +37,7 @@ from benchmarks.projection import (
     PER_NODE,
     TASK_ARGS,
     _summary,
+    case_cells,
     co_runner,
     recorded_machine,
     run,
@@ -219,13 +220,7 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
         "| link | ZeRO stage | predicted samples/s (interval) | measured (min-max, runs) | error |",
         "|---|---|---|---|---|",
     ]
-    for r in data:
-        p = r["p"]
-        m = f"{r['measured']:.1f} ({min(r['runs']):.1f}-{max(r['runs']):.1f}, {len(r['runs'])})" if r["runs"] else "—"
-        e = f"{100 * r['error']:+.1f} %" if r["error"] is not None else "—"
-        lo, hi = p["samples_per_sec_lo"], p["samples_per_sec_hi"]
-        interval = f" ({lo:.1f}-{hi:.1f})" if lo is not None else ""
-        lines.append(f"| {r['rate']} | {r['stage']} | {p['samples_per_sec']:.1f}{interval} | {m} | {e} |")
+    lines += [f"| {r['rate']} | {r['stage']} | {case_cells(r)} |" for r in data]
     if OUT != FIRST:  # the first validation's section stays as it was written
         lines += paired_lines(data)
     write_section(out, section(), lines + [""])
