@@ -151,6 +151,11 @@ def cases(tmp: Path) -> list[Case]:
                 str(c),
             ],
         ),
+        Case("atlas: neither runs nor a profile to take the computation from", ["atlas", "--output", str(c)]),
+        Case(
+            "atlas: a link rate that is no rate",
+            ["atlas", "--from-profile", "docs/profiles/mnist-b32-cpu.json", "--link-rates", "fast", "--output", str(c)],
+        ),
         Case("slurm-script: a time limit out of Slurm's forms", ["slurm-script", "--time", "25:99:99", "--out", "r"]),
         Case(
             "slurm-script: --nprocs beside another --gpus-per-node",

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from distbench.errors import UserError
 from distbench.launching import link
+from distbench.records import write_json
 
 # gloo's all-reduce costs the host more than the bytes a raw TCP ring moves (its copies and reductions, the
 # libraries' threads): an emulation may plan on half of the measured aggregate
@@ -112,8 +113,8 @@ def capacity(nodes: int) -> dict:
         known[_key(nodes)] = {"bits_per_s": statistics.median(rates), "measured": datetime.now(UTC).date().isoformat()}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(known, indent=1, sort_keys=True))
-        tmp.replace(path)
+        write_json(tmp, known, indent=1, sort_keys=True)
+        tmp.replace(path)  # whole or not at all: another run may read it
     return known[_key(nodes)]
 
 

@@ -112,11 +112,15 @@ def _grid(r: AtlasRequest) -> tuple[list[int], list[str]]:
         nodes = [int(n) for n in r.nodes.split(",") if n.strip()]
     except ValueError:
         raise UserError(f"--nodes {r.nodes!r}: comma-separated node counts, e.g. 2,4,8,16") from None
-    rates = [link.canonical_rate(x.strip()) for x in r.link_rates.split(",") if x.strip()]
+    said = f"--link-rates {r.link_rates!r}: comma-separated rates such as 10gbit,100gbit (not none)"
+    try:
+        rates = [link.canonical_rate(x.strip()) for x in r.link_rates.split(",") if x.strip()]
+    except UserError:
+        raise UserError(said) from None
     if not nodes or min(nodes) < 1 or r.nprocs < 1:
         raise UserError("--nodes and --nprocs must be positive")
     if not rates or any(link.parse_rate(x) is None for x in rates):
-        raise UserError(f"--link-rates {r.link_rates!r}: comma-separated rates such as 10gbit,100gbit (not none)")
+        raise UserError(said)
     if not 0 < r.target < 1:
         raise UserError(f"--target {r.target}: an efficiency between 0 and 1")
     if bool(r.sweep_dirs) == (r.from_profile is not None):
@@ -141,7 +145,7 @@ def from_module_profile(path: Path) -> tuple[Reference, Profile]:
     gradients together: its parameters were ready within microseconds of each other)."""
     from distbench.tasks.emulated import read_profile
 
-    p = read_profile(path)
+    p = read_profile(path, "--from-profile")
     micro = p["micro_batch"]
     fwd, bwd, opt = (p[k]["steps_s"] for k in ("forward", "backward", "optimizer"))
     totals = sorted(f + b + o for f, b, o in zip(fwd, bwd, opt, strict=False))

@@ -66,22 +66,20 @@ def owners(model: nn.Module) -> list[tuple[str, nn.Module]]:
     ]
 
 
-def read_profile(path: Path) -> dict:
-    """A profile written by `run.py profile`; anything else is one line."""
+def read_profile(path: Path, flag: str = "--emulate") -> dict:
+    """A profile written by `run.py profile` (given as `flag`); anything else is one line."""
     try:
         profile = json.loads(path.read_text())
     except FileNotFoundError:
-        raise UserError(f"--emulate {path} does not exist") from None
+        raise UserError(f"{flag} {path} does not exist") from None
     except (OSError, ValueError) as e:
-        raise UserError(f"--emulate {path} is not a readable JSON profile: {e}") from e
+        raise UserError(f"{flag} {path} is not a readable JSON profile: {e}") from e
     if not isinstance(profile, dict) or profile.get("kind") != KIND:
-        raise UserError(f"--emulate {path} is not a profile written by `run.py profile` (kind {KIND!r})")
+        raise UserError(f"{flag} {path} is not a profile written by `run.py profile` (kind {KIND!r})")
     if profile.get("version") != VERSION:
-        raise UserError(
-            f"--emulate {path} is a version {profile.get('version')} profile; this distbench reads {VERSION}"
-        )
+        raise UserError(f"{flag} {path} is a version {profile.get('version')} profile; this distbench reads {VERSION}")
     if not profile.get("modules"):
-        raise UserError(f"--emulate {path} lists no module")
+        raise UserError(f"{flag} {path} lists no module")
     return profile
 
 

@@ -206,7 +206,7 @@ def test_a_sweep_that_cannot_run_is_refused_before_any_launch(tmp_path, args, fr
         (
             ["help"],
             "error: unknown command 'help'; the commands: compare, simulate, report, check-task, commbench, "
-            "project, profile, slurm-script (training takes options: run.py --help)",
+            "project, atlas, profile, slurm-script (training takes options: run.py --help)",
         ),
     ],
     ids=["misspelled", "underscore", "no-such"],

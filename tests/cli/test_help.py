@@ -54,6 +54,7 @@ def test_help_lists_every_command(tmp_path):
             "check-task",
             "commbench",
             "project",
+            "atlas",
             "profile",
             "slurm-script",
         ]

@@ -2,6 +2,7 @@
 the slowest link for the target efficiency, the cells an emulated sweep measured marked, the files valid."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -90,9 +91,12 @@ def test_cells_an_emulated_sweep_measured_are_marked(tmp_path):
         ({"link_rates": "none"}, "--link-rates 'none'"),
         ({"target": 1.5}, "--target 1.5"),
         ({"from_profile": None}, "give the compare folders of `single` x1 runs, or --from-profile"),
+        ({"from_profile": "missing.json"}, "--from-profile missing.json does not exist"),
     ],
 )
 def test_a_grid_that_cannot_be_drawn_is_one_line(tmp_path, over, message):
     values = {"nodes": "2", "link_rates": "10gbit", "from_profile": write_profile(tmp_path), **over}
+    if isinstance(values["from_profile"], str):
+        values["from_profile"] = Path(values["from_profile"])
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)").replace("'", "'")):
         atlas.run(atlas.AtlasRequest([], tmp_path / "a", **values))

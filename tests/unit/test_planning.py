@@ -390,7 +390,7 @@ def test_commbench_records_the_load_around_each_launch_as_valid_json(tmp_path, m
     monkeypatch.setattr(cb.os, "getloadavg", lambda: next(loads))
 
     class Worker:
-        def check(self, configs):
+        def check(self, configs, emulated=False, dilation=1.0):
             pass
 
         def run(self, config, args, out_json, log, timeout_s, program):
