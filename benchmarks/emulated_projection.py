@@ -23,7 +23,7 @@ from pathlib import Path
 import typer
 
 from benchmarks.harness import ROOT, machine, write_section
-from benchmarks.projection import LOADED_SIZES, _summary, case_cells, run
+from benchmarks.projection import LOADED_SIZES, case_cells, cases_summary, run
 
 OUT = ROOT / "docs" / "results" / "projection" / "emulated"
 PROFILE = "docs/profiles/mnist-b32-cpu.json"
@@ -120,7 +120,6 @@ def rows() -> list[dict]:
 @app.command()
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     data = rows()
-    errors = [abs(r["error"]) for r in data if r["error"] is not None]
     folder = OUT.relative_to(ROOT)
     lines = [
         SECTION,
@@ -133,7 +132,7 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
         "emulated from the same profile; commbench on the same N nodes and links. Error = (predicted - measured) / "
         "measured, measured = the median samples/s over the rounds (min-max beside it).",
         "",
-        _summary(errors, f"{len(errors)} cases") if errors else "No measured case yet.",
+        cases_summary(data),
         "",
         "| nodes | library | predicted samples/s (interval) | measured (min-max, runs) | error |",
         "|---|---|---|---|---|",

@@ -376,6 +376,12 @@ def recorded_machine(sweeps: tuple[Sweep, ...], root: Path) -> str:
     return f"{when}: {'/'.join(cores)} cores, {', '.join(platforms)}, CPU only (gloo)"
 
 
+def cases_summary(data: list[dict]) -> str:
+    """A validation table's bold line: its cases' median and largest absolute error (or that none was measured)."""
+    errors = [abs(r["error"]) for r in data if r["error"] is not None]
+    return _summary(errors, f"{len(errors)} cases") if errors else "No measured case yet."
+
+
 def case_cells(r: dict) -> str:
     """One validation case's last three cells: predicted samples/s (interval), measured (min-max, runs; failed ones),
     error; `r` holds the prediction `p`, the measured `runs`, their median `measured`, the `error` (and `failed`)."""

@@ -36,8 +36,8 @@ from benchmarks.projection import (
     NODES,
     PER_NODE,
     TASK_ARGS,
-    _summary,
     case_cells,
+    cases_summary,
     co_runner,
     recorded_machine,
     run,
@@ -200,7 +200,6 @@ def paired_lines(data: list[dict]) -> list[dict]:
 @app.command()
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     data = rows()
-    errors = [abs(r["error"]) for r in data if r["error"] is not None]
     folder = OUT.relative_to(ROOT)
     source = (
         f"the predictions in {folder}/predictions/ (written by `... predict` before `... measure` ran the sweep), and "
@@ -215,7 +214,7 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
         "Error = (predicted - measured) / measured, measured = the median samples/s over the rounds (min-max beside "
         "it).",
         "",
-        _summary(errors, f"{len(errors)} cases") if errors else "No measured case yet.",
+        cases_summary(data),
         "",
         "| link | ZeRO stage | predicted samples/s (interval) | measured (min-max, runs) | error |",
         "|---|---|---|---|---|",

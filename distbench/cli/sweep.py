@@ -127,7 +127,10 @@ def simulate(values: dict) -> None:
     train_args = values.pop(EXTRA)
     if "--backend" in train_args:
         raise UserError("give --backend before --, as simulate's own option")
-    code = run(values.pop("backend"), Placement.given(values), train_args, values.pop("run_timeout_s"))
+    from distbench.cli.train import given_options
+
+    given = given_options(train_args)  # a bad run option is one line before anything starts
+    code = run(values.pop("backend"), Placement.given(values), train_args, values.pop("run_timeout_s"), given)
     raise typer.Exit(code)
 
 

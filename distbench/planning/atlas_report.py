@@ -7,8 +7,6 @@ from pathlib import Path
 
 from distbench.records import write_json
 
-FILES = ("atlas.json", "atlas.md", "efficiency.png", "fastest.png")
-
 
 def write(atlas: dict, output: Path) -> None:
     output.mkdir(parents=True, exist_ok=True)
