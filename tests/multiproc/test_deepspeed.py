@@ -1,7 +1,7 @@
 """DeepSpeed's ZeRO stages, natively (started by its own launcher) and through Accelerate: every stage follows the
 single process at accumulation 4, each rank holds its stage's share of the state, and DeepSpeed's own checkpoint
-resumes exactly. (Stage 0 under every check of the other backends: test_equivalence, test_knobs, test_contract,
-check-task; stage 3 on the tiny BERT: test_bert; bf16: test_fsdp's bf16 test.)"""
+resumes exactly. (Stage 0 under every check of the other backends but accumulation: test_equivalence, test_knobs,
+test_contract, check-task; stage 3 on the tiny BERT: test_bert; bf16: test_fsdp's bf16 test.)"""
 
 import json
 import time
@@ -111,6 +111,22 @@ def test_each_rank_holds_its_stages_share_of_the_state(zero_sweep, mnist_run):
     three = held["deepspeed", 3]
     assert near(three["params_bytes"], p / 2 + kept) and near(three["grads_bytes"], 3 * p / 2)
     assert near(three["optimizer_bytes"], p)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_stage_1_exchanges_once_per_step_and_stage_2_once_per_micro_batch(zero_sweep):
+    """Bytes each rank wrote per optimizer step of 4 micro-batches, against the ConvNet's S = 1.2 MB of fp32
+    gradients. Stage 1 reduces the gradients at the accumulation boundary only (about S at x2), then all-gathers the
+    updated halves (S/2): 1.5 S, as at one micro-batch (docs/results/deepspeed/mnist). Stage 2 reduces every
+    micro-batch into its partition ("ZeRO stage >= 2 communicates during non gradient accumulation boundaries as
+    well", deepspeed/runtime/engine.py's allreduce_gradients): 4 S + S/2; natively and through Accelerate alike."""
+    grads = 300_426 * 4
+    sent = {key: r["written_bytes_per_step"] for key, r in zero_sweep.items() if isinstance(key, tuple)}
+    print({key: round(b / grads, 2) for key, b in sent.items()})
+    assert 1.3 * grads < sent["deepspeed", 1] < 1.8 * grads
+    for key in (("deepspeed", 2), ("accelerate-deepspeed", 2)):
+        assert 4.2 * grads < sent[key] < 4.8 * grads, key
 
 
 @pytest.mark.multiproc
