@@ -19,6 +19,7 @@ The README's option table is checked against these declarations (tests/unit/test
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
@@ -58,6 +59,42 @@ class Check:
         if value is None or self.holds(value):
             return None
         return f"{flag} {self.says}, got {value}"
+
+
+# --fault's values (the injection and what a fault cost: training/faults.py)
+NO_FAULT = "none"
+FAULT_FORMS = "none, kill:RANK@STEP, hang:RANK@STEP or slow:RANK:FACTOR (FACTOR above 1)"
+_AT_STEP = re.compile(r"(kill|hang):(\d+)@(\d+)")
+_SLOW = re.compile(r"slow:(\d+):(\d+(?:\.\d+)?)")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One `--fault`, parsed."""
+
+    kind: str  # kill, hang, slow
+    rank: int
+    step: int = 0  # kill, hang: after this global step
+    factor: float = 1.0  # slow: how much longer the rank computes
+
+
+def parse_fault(text: str | None) -> Fault | None:
+    """The fault `text` names; None for none; ValueError for a text of no form."""
+    if text is None or text == NO_FAULT:
+        return None
+    if (m := _AT_STEP.fullmatch(text)) and int(m[3]) >= 1:
+        return Fault(m[1], int(m[2]), step=int(m[3]))
+    if (m := _SLOW.fullmatch(text)) and float(m[2]) > 1.0:
+        return Fault("slow", int(m[1]), factor=float(m[2]))
+    raise ValueError(text)
+
+
+def _fault_formed(text: str) -> bool:
+    try:
+        parse_fault(text)
+    except ValueError:
+        return False
+    return True
 
 
 POSITIVE = Check(lambda v: v > 0, "must be positive")
@@ -206,6 +243,14 @@ class RunConfig:
         checks=(in_range(0, 64, closed_hi=True),),
     )
     timeout_s: int = option(300, "Collective/rendezvous timeout: a dead rank stops the rest.", checks=(POSITIVE,))
+    fault: str = option(
+        NO_FAULT,
+        "Inject a fault, once per run (training/faults.py): kill:RANK@STEP (the rank SIGKILLs itself after that "
+        "step), hang:RANK@STEP (it stops at that step, alive: only --timeout-s tells the others), slow:RANK:FACTOR "
+        "(a straggler, computing FACTOR times as long). With --checkpoint-dir, the record says what it cost.",
+        checks=(Check(_fault_formed, f"must be {FAULT_FORMS}"),),
+        sweep=AXIS,
+    )
     target_accuracy: float | None = option(
         None,
         "Evaluate every epoch and record the time to reach this accuracy.",
@@ -323,11 +368,19 @@ def validate(cfg: RunConfig, world_size: int) -> None:
                 raise UserError(error)
     _check_batch(cfg, world_size)
     check_dir_option("data_dir", cfg.data_dir)
+    _check_fault(cfg.fault, world_size)
     if cfg.dilation != 1.0 and cfg.emulate is None:
         raise UserError(f"--dilation {cfg.dilation:g} stretches an emulated run's waits: give --emulate PROFILE too")
     if cfg.checkpoint_dir is not None and cfg.checkpoint_dir.exists() and not cfg.checkpoint_dir.is_dir():
         raise UserError(f"--checkpoint-dir {cfg.checkpoint_dir} is not a directory")
     _check_output(cfg.output, cfg.force)
+
+
+def _check_fault(text: str | None, world_size: int) -> None:
+    """A fault on a rank the job has."""
+    fault = parse_fault(text)
+    if fault is not None and fault.rank >= world_size:
+        raise UserError(f"--fault {text}: rank {fault.rank}, but the job has ranks 0 to {world_size - 1}")
 
 
 def _check_batch(cfg: RunConfig, world_size: int) -> None:

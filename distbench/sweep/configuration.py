@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from distbench.backends import DISTRIBUTED, NAMES, REFERENCE, REGISTRY
-from distbench.config import FIELDS, GradCompression, flag, to_args
+from distbench.config import FIELDS, NO_FAULT, GradCompression, flag, to_args
 from distbench.errors import UserError
 from distbench.launching import link
 from distbench.launching.placement import PLACEMENT, Placement
@@ -215,6 +215,16 @@ class SweepConfig:
         reference=0,
         name=lambda k: f"zero{k}" if k else "",
         text="ZeRO-{}".format,
+    )
+    fault: str = axis(  # faulted runs first in a round: the fault-free ones after them show nothing was left behind
+        sets="fault",
+        record="fault_spec",  # a run's own record: its config's; `fault` there is what the fault cost
+        only=lambda b: b in DISTRIBUTED,
+        reference=NO_FAULT,
+        held=True,
+        order=lambda f: (f == NO_FAULT, f),
+        name=lambda f: "" if f == NO_FAULT else "fault-" + f.replace(":", "-").replace("@", "at"),
+        text=lambda f: "no fault" if f == NO_FAULT else f"fault {f}",
     )
 
     @classmethod

@@ -77,15 +77,15 @@ class Config:
 
     def summary(self, metric: str = "samples_per_sec") -> Summary | None:
         """The median of `metric` over the completed runs, with its interval (stats.summarize)."""
-        return stats.summarize([_get(r, metric) for r in self.ok])
+        return stats.summarize([field_value(r, metric) for r in self.ok])
 
     def median(self, metric: str):
         """The median alone (no interval: no bootstrap for the table's secondary columns)."""
-        values = [v for v in (_get(r, metric) for r in self.ok) if v is not None]
+        values = [v for v in (field_value(r, metric) for r in self.ok) if v is not None]
         return statistics.median(values) if values else None
 
 
-def _get(rec: dict, metric: str):
+def field_value(rec: dict, metric: str):
     """A record's value; "a.b" reaches into a nested field (step_time_ms.p50)."""
     value = rec
     for part in metric.split("."):

@@ -9,7 +9,7 @@ configurations; this module only words and lays them out.
 from __future__ import annotations
 
 from distbench.backends import SHARDING
-from distbench.sweep import context, plots, settings, stats, summary, verdicts
+from distbench.sweep import context, faults, plots, settings, stats, summary, verdicts
 from distbench.sweep.configuration import AXES
 from distbench.sweep.context import device_kind
 from distbench.sweep.grouping import Config, configurations
@@ -58,6 +58,7 @@ def markdown(
     lines += ["## Summary", "", *said, ""]
     for task in dict.fromkeys(c.task for c in configs):
         lines += _task_lines(task, configs, plot_dir)
+    lines += faults.fault_lines(configs)
     lines += summary.failure_section(records, label)
     if baseline is not None:
         lines += _baseline_lines(configurations(baseline), configs, differences or [])

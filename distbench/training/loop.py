@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import signal
+import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -30,7 +29,7 @@ from distbench.launching.commands import check_launch
 from distbench.machine import default_threads
 from distbench.sharding import micro_batches
 from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
-from distbench.training import checkpoint, fairness, flops, memory, rng
+from distbench.training import checkpoint, fairness, faults, flops, memory, rng
 from distbench.training.record import Facts, RunResult, build_record
 from distbench.training.reporter import Reporter
 from distbench.training.timer import (
@@ -84,17 +83,6 @@ def lockstep(loader, backend: Backend):
         rounds -= 1
     for _ in range(rounds):
         yield first, False
-
-
-def _inject_fault(launch_env: process.LaunchEnv, step: int) -> None:
-    """Failure injection for the reliability tests: DISTBENCH_FAULT=kill:RANK:STEP SIGKILLs that rank after
-    that global step, on the first attempt only (a torchrun restart then runs clean)."""
-    spec = os.environ.get("DISTBENCH_FAULT")
-    if not spec or launch_env.restart_count != 0:
-        return
-    kind, fault_rank, fault_step = spec.split(":")
-    if kind == "kill" and int(fault_rank) == launch_env.rank and int(fault_step) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -210,6 +198,8 @@ class Trainer:
         self.losses: list[torch.Tensor] = []  # this rank's losses since the start (or resume)
         self.time_to_target_s: float | None = None  # training time until --target-accuracy was first reached
         self.first_micro_batch = None  # its shapes: what the model's FLOPs are counted on (training/flops.py)
+        self.events = faults.Events(cfg.checkpoint_dir)
+        self.injector = faults.Injector(cfg.fault, backend.rank, backend.launch.restart_count, self.events)
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         parts = self.parts
@@ -265,6 +255,7 @@ class Trainer:
             time_to_target_s=self.time_to_target_s,
             compute=self.compute_counts(),
             emulated=self.task.emulation() if hasattr(self.task, "emulation") else None,
+            fault=faults.costs(self.cfg.fault, self.events.read(), time.time(), self.step * self.cfg.batch_size),
         )
 
     def compute_counts(self) -> dict:
@@ -300,7 +291,7 @@ class Trainer:
         timer.count_tokens(sum(flops.tokens_in(mb) or 0 for mb in micro))  # from shapes: no wait for the device
         timer.mark(DATA)
         parts.optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no arguments
-        losses = []
+        losses, started = [], time.perf_counter()
         for i, mb in enumerate(micro):
             with backend.accumulation(parts.model, sync=i == len(micro) - 1):
                 with backend.autocast():
@@ -308,6 +299,7 @@ class Trainer:
                 backend.backward(loss)
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
+        self.injector.computed(time.perf_counter() - started)  # --fault slow: a straggler's longer computation
         timer.mark(FORWARD_BACKWARD)
         backend.optimizer_step(parts.model, parts.optimizer, self.cfg.clip_norm)
         if parts.scheduler is not None:
@@ -333,7 +325,7 @@ class Trainer:
                     self.reporter.update(self.step, backend.all_reduce(loss, ReduceOp.AVG))  # as the record keeps it
             if self.checkpointer.due(self.step):
                 self.checkpointer.save(self.step, self.loss_history())
-            _inject_fault(backend.launch, self.step)
+            self.injector.stepped(self.step)  # --fault kill, hang: after this step's checkpoint
 
     def evaluate(self, epoch: int, timer: StepTimer) -> dict:
         with timer.excluded() as span:
@@ -356,6 +348,7 @@ class Trainer:
         self.reporter.start(
             parts.total_steps, f"{self.task.name}/{self.backend.name} x{self.backend.world_size}", initial=start_step
         )
+        self.injector.started(start_step)
         timer.begin()
         for epoch in range(start_step // parts.steps_per_epoch, n_epochs):
             self.train_epoch(epoch, start_step, timer)
@@ -466,7 +459,11 @@ def run(cfg: RunConfig) -> dict:
     facts.short_threads = busy_machine(backend, threads, facts.cores, alone)
     if (busy := busy_warning(facts.short_threads, threads)) is not None:
         reporter.info(busy)
-    timer, evals = trainer.train()
+    try:
+        timer, evals = trainer.train()
+    except Exception as e:  # a collective failed: a peer is gone or silent (--fault: when this rank knew)
+        trainer.injector.noticed(e)
+        raise
     record = build_record(trainer.result(), facts, timer, evals)
     reporter.write_record(record, cfg.output)
     reporter.summary(record, cfg.output)

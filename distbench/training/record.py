@@ -58,6 +58,7 @@ class RunResult:
     time_to_target_s: float | None  # training time until --target-accuracy was first reached
     compute: dict  # the model's FLOPs and tokens per sample, and how they were counted (Trainer.compute_counts)
     emulated: dict | None = None  # --emulate: the profile and the waits (emulation/emulator.py); None: computed
+    fault: dict | None = None  # --fault: what was asked and, met and survived, what it cost (training/faults.py)
 
 
 def _version(pkg: str) -> str | None:
@@ -233,6 +234,7 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
         "data_fingerprints": fingerprints(backend, run.data_fingerprint),
         "accuracy_meaningful": run.accuracy_meaningful,  # False: synthetic data, or emulated
         "emulated": host_share(run.emulated, backend, timer, topo),
+        "fault": run.fault,
         **where_it_ran(backend, cfg.threads, facts, topo, cfg.dilation),
         "precision": cfg.precision,
         # the largest dropout probability of the model's layers: with dropout on, each rank draws its own masks

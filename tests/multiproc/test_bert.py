@@ -99,8 +99,8 @@ def test_a_zero2_checkpoint_resumes_at_another_world_size_through_deepspeeds_uni
     half, ckpt, out = STEPS // 2, tmp_path / "ckpt", tmp_path / "r.json"
     args = [*TINY, "--zero-stage", "2", "--data-dir", str(mini_mr), "--timeout-s", "60", "--output", str(out)]
     args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(half)]
-    fault = child_env(tmp_path, DISTBENCH_FAULT=f"kill:1:{half + 1}")
-    killed = run_cmd(launch("deepspeed", 2, args), timeout=240, env=fault, expect_rc=None)
+    faulted = [*args, "--fault", f"kill:1@{half + 1}"]
+    killed = run_cmd(launch("deepspeed", 2, faulted), timeout=240, env=child_env(tmp_path), expect_rc=None)
     assert killed.returncode != 0 and not out.exists()
     proc = run_in(tmp_path, launch("deepspeed", 1, args), timeout=300)
     assert f"at step {half}" in proc.stderr and "Convert DeepSpeed Checkpoint to Universal Checkpoint" in proc.stderr

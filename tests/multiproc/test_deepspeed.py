@@ -140,8 +140,9 @@ def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_p
     ckpt, out = tmp_path / "ckpt", tmp_path / "resumed.json"
     args = [*SETTINGS.split(), "--zero-stage", "2", "--no-progress", "--timeout-s", "60"]
     args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", str(every), "--output", str(out)]
-    fault, segments = child_env(tmp_path, DISTBENCH_FAULT=f"kill:1:{every + 3}"), shm_segments()
-    killed = run_cmd(launch("deepspeed", 2, args, DEEPSPEED), timeout=240, env=fault, expect_rc=None)
+    segments = shm_segments()
+    faulted = [*args, "--fault", f"kill:1@{every + 3}"]
+    killed = run_cmd(launch("deepspeed", 2, faulted, DEEPSPEED), timeout=240, env=child_env(tmp_path), expect_rc=None)
     assert killed.returncode != 0 and not out.exists()
     assert sorted(p.name for p in (ckpt / "deepspeed").iterdir() if p.is_dir()) == [f"step{every}"]
     assert not leaked_segments(segments)  # a killed run leaves none either

@@ -86,11 +86,13 @@ def test_a_two_round_slurm_sweep_writes_the_usual_report_with_verdicts(usual_swe
 
 @pytest.mark.timeout(600)
 def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_succeeds(slurm_env, tmp_path):
-    """ddp on 2 nodes, its rank 1 (on n2) killed after step 5; then ddp on 1 node, which has no rank 1."""
+    """ddp on 2 nodes, its rank 1 (on n2) killed after step 5 (`--fault`: faulted runs come first in a round);
+    then ddp on the same 2 nodes without the fault."""
     out, timeout_s = tmp_path / "sweep", 60
-    env = {**slurm_env, "DISTBENCH_FAULT": "kill:1:5"}
+    env = slurm_env
     cmd = py(
-        "run.py compare --scheduler slurm --backends ddp --nodes 2,1 --nprocs 1 --max-steps 200 --run-timeout-s",
+        "run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --fault none,kill:1@5 --max-steps 200 "
+        "--run-timeout-s",
         timeout_s,
         "--extra",
         f"--timeout-s {timeout_s}",
@@ -98,10 +100,10 @@ def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_su
         out,
     )
     run_cmd(_salloc(*cmd), timeout=timeout_s * 4, env=env, expect_rc=1)  # a run failed: the sweep says so
-    single, killed, after = _records(out)  # in the plan's order: the reference, then ddp on 2 nodes, then on 1
+    single, killed, after = _records(out)  # in the plan's order: the reference, then ddp with the fault, without
     assert (killed["backend"], killed["nodes"], killed["status"]) == ("ddp", 2, "failed"), killed
-    assert killed["elapsed_s"] < timeout_s + 30
-    assert (after["nodes"], after["status"], single["status"]) == (1, "ok", "ok")
+    assert killed["fault_spec"] == "kill:1@5" and killed["elapsed_s"] < timeout_s + 30
+    assert (after["nodes"], after["status"], after["config"]["fault"], single["status"]) == (2, "ok", "none", "ok")
     steps = subprocess.run(["squeue", "--steps", "--noheader"], capture_output=True, text=True, env=env)
     assert steps.stdout.strip() == ""  # nothing of the failed step is left on either node
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)

@@ -46,7 +46,8 @@ except UserError as e:
 assert "probe_level" in RESUME_MUST_MATCH
 
 options = {"backend": "ddp", "world_size": "2", "accumulate": "1", "grad_compression": "none", "nodes": "1",
-           "link_rate": "none", "link_mode": "shared", "zero_stage": "0", "probe_mode": "off,on"}
+           "link_rate": "none", "link_mode": "shared", "zero_stage": "0", "fault": "none",
+           "probe_mode": "off,on"}
 planned = [p.config for p in plan_runs("mnist", axis_values(options), 1) if not p.baseline]
 assert [c.probe_mode for c in planned] == ["off", "on"], planned
 on = planned[1]

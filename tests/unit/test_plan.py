@@ -38,7 +38,9 @@ def test_plan_sweeps_accumulation_and_compression_with_a_reference_for_each_accu
         "ddp x2 t1 acc4 fp16",
     ]
     assert runs[0].baseline and runs[1].baseline and not runs[2].baseline
-    assert runs[3].config.run_args() == ["--threads", "1", "--accumulate", "1", "--grad-compression", "fp16"]
+    assert runs[3].config.run_args() == [
+        *("--threads", "1", "--accumulate", "1", "--grad-compression", "fp16", "--fault", "none")
+    ]
 
 
 def test_the_sweep_plans_nodes_and_link_rates_as_axes():

@@ -1,0 +1,139 @@
+"""Faults on request (`--fault`), and what one cost the run.
+
+A fault is deterministic: one rank, one global step (or every step), on the job's first attempt only, so that a
+launcher that restarts the worker group (torchrun's agent with --max-restarts) runs the next attempt clean:
+
+- `kill:RANK@STEP`: the rank SIGKILLs itself after that step (and its checkpoint, if one was due), as a crashed
+  process or a lost machine: its sockets close, and the other ranks' next collective fails at once;
+- `hang:RANK@STEP`: the rank stops issuing collectives after that step and sleeps, alive and holding its sockets, as
+  a wedged device leaves a process: only a collective timeout (`--timeout-s`) tells the others;
+- `slow:RANK:FACTOR`: a straggler: after each step's forward and backward the rank waits FACTOR - 1 times as long
+  as they took, so that its computation takes FACTOR times as long; every rank that exchanges with it waits.
+
+What a fault cost is told by events (`events.jsonl` in `--checkpoint-dir`, one JSON object a line, appended whole):
+the fault as the rank met it, each attempt's start (its rank 0's process creation) and the step it resumed from,
+each attempt's first completed step, and a survivor's failed collective. The record's `fault` (`costs`) reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+from distbench.config import parse_fault
+from distbench.records import to_json
+from distbench.training.timer import process_start_unix
+
+EVENTS = "events.jsonl"
+
+
+class Events:
+    """The run's events file in its checkpoint folder (None: nowhere to keep them, none kept)."""
+
+    def __init__(self, folder: Path | None):
+        self.path = None if folder is None else folder / EVENTS
+
+    def add(self, event: str, **fields) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = to_json({"event": event, "t": time.time(), **fields}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write of a whole line: appends from several ranks never interleave
+        finally:
+            os.close(fd)
+
+    def read(self) -> list[dict]:
+        if self.path is None or not self.path.is_file():
+            return []
+        events = []
+        for line in self.path.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut by a kill mid-write: not an event
+                continue
+        return events
+
+
+class Injector:
+    """The fault on its rank, on the first attempt; the events of every rank's attempt."""
+
+    def __init__(self, text: str | None, rank: int, restart_count: int, events: Events):
+        fault = parse_fault(text)
+        # once per run: not again in an attempt that resumed past it (the events say it happened; without a
+        # checkpoint folder to keep them, not again in a restarted group)
+        met = any(e["event"] == "fault" for e in events.read()) if events.path else restart_count > 0
+        self.fault = fault if fault is not None and fault.rank == rank and not met else None
+        self.rank, self.restart_count, self.events = rank, restart_count, events
+        self.first_step_said = False
+
+    def started(self, resumed_from: int) -> None:
+        """At the attempt's start (rank 0): when its process was made, and the step it resumes from. A run that
+        starts from step 0 on its first attempt starts the events afresh."""
+        if self.rank != 0:
+            return
+        if resumed_from == 0 and self.restart_count == 0 and self.events.path is not None:
+            self.events.path.unlink(missing_ok=True)
+        started = process_start_unix()  # to the clock tick (psutil's create_time can be 1 s off)
+        self.events.add("attempt", restart=self.restart_count, started=started, resumed_from=resumed_from)
+
+    def computed(self, seconds: float) -> None:
+        """After a step's forward and backward, which took `seconds`: a straggler waits out its factor."""
+        if self.fault is not None and self.fault.kind == "slow":
+            time.sleep((self.fault.factor - 1.0) * seconds)
+
+    def stepped(self, step: int) -> None:
+        """After global step `step` (and its checkpoint): the attempt's first step is an event (rank 0); a kill or
+        a hang at this step happens."""
+        if self.rank == 0 and not self.first_step_said:
+            self.first_step_said = True
+            self.events.add("first_step", restart=self.restart_count, step=step)
+        fault = self.fault
+        if fault is None or fault.kind == "slow" or fault.step != step:
+            return
+        self.events.add("fault", kind=fault.kind, rank=fault.rank, step=step)
+        if fault.kind == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        while True:  # hang: alive, its sockets open, never at another collective; a signal still ends it
+            time.sleep(3600)
+
+    def noticed(self, error: BaseException) -> None:
+        """A survivor's collective failed (the fault's rank is gone or silent): when it knew."""
+        self.events.add("noticed", rank=self.rank, restart=self.restart_count, error=type(error).__name__)
+
+
+def costs(text: str | None, events: list[dict], now: float, samples: int) -> dict | None:
+    """The record's `fault`: the fault asked for, and, where the run met it and continued, what it cost: when the
+    first survivor noticed, when the launcher had the next attempt running (every survivor gone by then: the
+    agent restarts the whole group), when that attempt completed its first step, how many steps were trained again,
+    and the whole run's useful samples per second of wall time (its goodput), from the first attempt's start."""
+    fault = parse_fault(text)
+    if fault is None:
+        return None
+    said = {"spec": text, "kind": fault.kind, "rank": fault.rank, "step": fault.step or None, "factor": fault.factor}
+    if fault.kind == "slow":  # every step of the run: what it cost is the step time against a run without it
+        return {**said, "met": True}
+    met = next((e for e in events if e["event"] == "fault"), None)
+    attempts = [e for e in events if e["event"] == "attempt"]
+    if met is None or not attempts:
+        return {**said, "met": False}
+    t = met["t"]
+    after = [a for a in attempts if a["started"] > t]
+    firsts = [e["t"] for e in events if e["event"] == "first_step" and e["t"] > t]
+    noticed = [e["t"] - t for e in events if e["event"] == "noticed" and e["t"] > t]
+    wall = now - attempts[0]["started"]
+    return {
+        **said,
+        "met": True,
+        "first_noticed_s": min(noticed) if noticed else None,
+        "restarted_s": after[0]["started"] - t if after else None,
+        "recovered_s": firsts[0] - t if firsts else None,
+        "steps_redone": met["step"] - after[0]["resumed_from"] if after else None,
+        "attempts": len(attempts),
+        "run_wall_s": wall,
+        "goodput_samples_per_sec": samples / wall if wall > 0 else None,
+    }

@@ -1,0 +1,118 @@
+"""`--fault`: its grammar and checks, the events a run keeps, and what a fault cost, from those events (the real
+faults under the launchers: tests/multiproc/test_reliability.py)."""
+
+import pytest
+
+from distbench.config import Fault, RunConfig, parse_fault, validate
+from distbench.errors import UserError
+from distbench.training import faults
+
+
+@pytest.mark.parametrize(
+    "text,fault",
+    [
+        ("none", None),
+        ("kill:1@15", Fault("kill", 1, step=15)),
+        ("hang:0@3", Fault("hang", 0, step=3)),
+        ("slow:1:2.5", Fault("slow", 1, factor=2.5)),
+    ],
+)
+def test_each_form_parses(text, fault):
+    assert parse_fault(text) == fault
+
+
+@pytest.mark.parametrize("text", ["kill:1", "kill:1@0", "slow:1:1", "slow:1:0.5", "crash:1@3", "kill:-1@3", ""])
+def test_a_fault_of_no_form_is_one_line_naming_the_forms(text):
+    with pytest.raises(UserError, match=r"^--fault must be none, kill:RANK@STEP, hang:RANK@STEP or slow"):
+        validate(RunConfig(fault=text, output="/tmp/never/r.json"), 2)
+
+
+def test_a_rank_the_job_does_not_have_is_refused():
+    with pytest.raises(UserError, match=r"^--fault kill:2@5: rank 2, but the job has ranks 0 to 1$"):
+        validate(RunConfig(fault="kill:2@5", output="/tmp/never/r.json"), 2)
+
+
+def test_a_fault_happens_once_per_run_on_its_rank(tmp_path):
+    events = faults.Events(tmp_path)
+    assert faults.Injector("kill:1@5", 1, 0, events).fault == Fault("kill", 1, step=5)
+    assert faults.Injector("kill:1@5", 0, 0, events).fault is None  # another rank's
+    events.add("fault", kind="kill", rank=1, step=5)
+    assert faults.Injector("kill:1@5", 1, 1, events).fault is None  # a restart resumes past it
+    assert faults.Injector("kill:1@5", 1, 0, events).fault is None  # and so does the same command again
+    nowhere = faults.Events(None)  # no checkpoint folder: a restarted group runs clean
+    assert faults.Injector("kill:1@5", 1, 0, nowhere).fault is not None
+    assert faults.Injector("kill:1@5", 1, 1, nowhere).fault is None
+
+
+def test_a_fresh_start_starts_the_events_afresh_and_a_resumed_attempt_adds_to_them(tmp_path):
+    events = faults.Events(tmp_path)
+    events.add("fault", kind="kill", rank=1, step=5)
+    faults.Injector("none", 0, 0, events).started(resumed_from=0)
+    assert [e["event"] for e in events.read()] == ["attempt"]
+    faults.Injector("none", 0, 1, events).started(resumed_from=4)
+    assert [(e["event"], e["resumed_from"]) for e in events.read()] == [("attempt", 0), ("attempt", 4)]
+    with open(events.path, "a") as f:
+        f.write('{"event": "first_st')  # a line cut by a kill mid-write
+    assert len(events.read()) == 2
+
+
+def test_what_a_kill_cost_comes_from_the_events():
+    events = [
+        {"event": "attempt", "t": 100.5, "started": 100.0, "restart": 0, "resumed_from": 0},
+        {"event": "first_step", "t": 101.0, "restart": 0, "step": 1},
+        {"event": "fault", "t": 103.0, "kind": "kill", "rank": 1, "step": 15},
+        {"event": "noticed", "t": 103.2, "rank": 0, "restart": 0, "error": "RuntimeError"},
+        {"event": "attempt", "t": 106.0, "started": 104.0, "restart": 1, "resumed_from": 10},
+        {"event": "first_step", "t": 107.0, "restart": 1, "step": 11},
+    ]
+    cost = faults.costs("kill:1@15", events, now=110.0, samples=1920)
+    assert cost == pytest.approx(
+        {
+            "spec": "kill:1@15",
+            "kind": "kill",
+            "rank": 1,
+            "step": 15,
+            "factor": 1.0,
+            "met": True,
+            "first_noticed_s": 0.2,
+            "restarted_s": 1.0,
+            "recovered_s": 4.0,
+            "steps_redone": 5,
+            "attempts": 2,
+            "run_wall_s": 10.0,
+            "goodput_samples_per_sec": 192.0,
+        }
+    )
+    # the fault asked for but not met (the run ended first), and a run without one
+    assert faults.costs("kill:1@15", events[:2], now=110.0, samples=1)["met"] is False
+    assert faults.costs("none", events, now=110.0, samples=1) is None
+
+
+def test_the_report_pairs_each_faulted_configuration_with_the_same_one_without_it(tmp_path):
+    """A straggler's runs (step time 3x), runs killed and continued (with their costs) and runs killed and not
+    continued, each against ddp x2 without a fault, over 5 rounds: the Faults section's rows."""
+    from distbench.sweep.report import write_report
+    from tests.helpers import synthetic_record
+
+    def run(spec: str, rnd: int, step_ms: float = 10.0, status: str = "ok", **more) -> dict:
+        rec = synthetic_record("ddp", 2, 1, rnd, 1000.0, status)
+        if status == "ok":
+            rec.update(step_time_ms={"p50": step_ms, "p90": step_ms}, global_batch_size=64, wall_time_s=10.0)
+        return {**rec, "fault_spec": spec, **more}
+
+    records = [synthetic_record("single", 1, 1, rnd, 600.0) for rnd in range(1, 6)]
+    cost = {"first_noticed_s": 0.1, "restarted_s": 0.2, "recovered_s": 4.0, "steps_redone": 5}
+    for rnd in range(1, 6):
+        records += [run("none", rnd), run("slow:1:3", rnd, step_ms=30.0 + rnd / 10)]
+        records += [run("kill:1@15", rnd, fault={**cost, "goodput_samples_per_sec": 192.0})]  # 60 x 64 / 10 s: 384
+        records += [run("hang:1@15", rnd, status="failed", elapsed_s=40.0 + rnd)]
+    with open(tmp_path / "results.jsonl", "w") as f:
+        f.writelines(faults.to_json(r) + "\n" for r in records)
+    text = write_report([tmp_path], tmp_path)
+    section = text.split("## Faults")[1].split("\n## ")[0]
+    rows = {line.split(" | ")[1]: line for line in section.splitlines() if line.startswith("| ddp")}
+    print(section)
+    assert set(rows) == {"`slow:1:3`", "`kill:1@15`", "`hang:1@15`"}
+    assert "| 5 of 5 | — | — | — | — | — | 3.03x (3.01-3.05) | 1.00x (1.00-1.00) |" in rows["`slow:1:3`"]
+    assert "| 5 of 5 | — | 0.1 | 0.2 | 4.0 | 5.0 | 1.00x (1.00-1.00) | 0.50x (0.50-0.50) |" in rows["`kill:1@15`"]
+    assert "| 0 of 5 | 43.0 | — | — | — | — | — | — |" in rows["`hang:1@15`"]
