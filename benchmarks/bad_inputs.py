@@ -112,6 +112,12 @@ def cases(tmp: Path) -> list[Case]:
         ),
         Case("--zero-stage for a backend without ZeRO stages", ["--zero-stage", "2"]),
         Case("--zero-stage out of range", ["--backend", "deepspeed", "--zero-stage", "4"]),
+        Case("--fault of no form", ["--fault", "kill:1"]),
+        Case(
+            "--fault on a rank the job does not have (torchrun, 2 processes)",
+            ["--backend", "ddp", "--fault", "kill:2@5"],
+            TORCHRUN_2,
+        ),
         Case("an unknown command", ["comapre", "--backends", "ddp"]),
         Case("compare: unknown backend", ["compare", "--backends", "ddp,mpi", "--out", str(c)]),
         Case(

@@ -216,13 +216,13 @@ class SweepConfig:
         name=lambda k: f"zero{k}" if k else "",
         text="ZeRO-{}".format,
     )
-    fault: str = axis(  # faulted runs first in a round: the fault-free ones after them show nothing was left behind
+    fault: str = axis(
         sets="fault",
         record="fault_spec",  # a run's own record: its config's; `fault` there is what the fault cost
         only=lambda b: b in DISTRIBUTED,
         reference=NO_FAULT,
         held=True,
-        order=lambda f: (f == NO_FAULT, f),
+        order=lambda f: (f != NO_FAULT, f),  # in the report: each configuration without a fault, then with
         name=lambda f: "" if f == NO_FAULT else "fault-" + f.replace(":", "-").replace("@", "at"),
         text=lambda f: "no fault" if f == NO_FAULT else f"fault {f}",
     )

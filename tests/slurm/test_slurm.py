@@ -86,12 +86,12 @@ def test_a_two_round_slurm_sweep_writes_the_usual_report_with_verdicts(usual_swe
 
 @pytest.mark.timeout(600)
 def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_succeeds(slurm_env, tmp_path):
-    """ddp on 2 nodes, its rank 1 (on n2) killed after step 5 (`--fault`: faulted runs come first in a round);
-    then ddp on the same 2 nodes without the fault."""
+    """ddp on 2 nodes, its rank 1 (on n2) killed after step 5; then ddp on the same 2 nodes without the fault (a
+    single round runs the configurations in the order the axes' values were given)."""
     out, timeout_s = tmp_path / "sweep", 60
     env = slurm_env
     cmd = py(
-        "run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --fault none,kill:1@5 --max-steps 200 "
+        "run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --fault kill:1@5,none --max-steps 200 "
         "--run-timeout-s",
         timeout_s,
         "--extra",

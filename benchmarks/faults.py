@@ -1,0 +1,191 @@
+"""What a killed or hung rank costs each library, started the way its users start it to continue after a failure,
+into docs/faults.md.
+
+    python -m benchmarks.faults restarts [--rounds 3] [--steps 30] [--out docs/faults.md]
+    python -m benchmarks.faults straggler [--rounds 3] [--out docs/faults.md]   # run.py compare --fault none,slow:1:3
+
+`restarts`: MNIST at 2 processes, a checkpoint every 10 steps, rank 1 killed (`--fault kill:1@15`) or hung
+(`--fault hang:1@15`, `--timeout-s 20`) after step 15, and the same run without a fault, the libraries alternating
+within each round. Each library under the launcher its users restart a job with: torchrun's agent with
+`--max-restarts 1` and a c10d rendezvous (ddp, fsdp, deepspeed, fabric: Fabric's and DeepSpeed's users run torchrun
+too), `accelerate launch --max_restarts 1` (accelerate); horovodrun has no restart (Horovod's is Horovod Elastic, a
+loop of its own), so its job ends. The record's `fault` (training/faults.py) gives what a continued run paid; a run
+that ended gives how long that took.
+`straggler`: `run.py compare` of every library at x2 with and without rank 1 computing 3 times as long; its
+report's Faults section.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from benchmarks.harness import ROOT, child_env, machine, write_section
+from distbench.launching.commands import command
+from distbench.launching.launch import ACCELERATE, BIN, local_argv, resolve
+from distbench.process import free_port
+
+LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric", "horovod")
+FAULTS = ("none", "kill:1@15", "hang:1@15")
+HANG_TIMEOUT_S = 20
+SECTION = "## What a killed or hung rank costs each library"
+STRAGGLER = "## A straggler"
+STRAGGLER_DIR = ROOT / "docs" / "results" / "faults" / "straggler"
+app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+def restarting(backend: str, args: list[str]) -> tuple[str, list[str]]:
+    """The launcher that restarts `backend`'s job, by name, and its command for 2 processes on this machine."""
+    program = ["run.py", "--backend", backend, *args]
+    if backend == "accelerate":
+        argv = resolve(local_argv(ACCELERATE, [], 2))
+        return "accelerate launch --max_restarts 1", [*argv[:2], "--max_restarts", "1", *argv[2:], *program]
+    if backend == "horovod":
+        return "horovodrun (no restart)", command(backend, 2, args)
+    agent = [str(BIN / "torchrun"), "--max-restarts=1", "--nproc_per_node", "2", "--rdzv-backend", "c10d"]
+    return "torchrun --max-restarts 1 (c10d)", [*agent, "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *program]
+
+
+def one_run(backend: str, fault: str, steps: int, folder: Path) -> dict:
+    """One run: its record (or how long until its job ended, failed), with the launcher's name."""
+    out, ckpt = folder / f"{backend}-{fault}.json", folder / f"{backend}-{fault}-ckpt"
+    timeout = HANG_TIMEOUT_S if fault.startswith("hang") else 60
+    args = ["--max-steps", str(steps), "--threads", "1", "--dropout", "0", "--no-progress", "--timeout-s", str(timeout)]
+    args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--fault", fault, "--output", str(out)]
+    launcher, cmd = restarting(backend, args)
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout + 240)
+    ended = time.time() - t0
+    if proc.returncode != 0 or not out.is_file():
+        return {"backend": backend, "fault": fault, "launcher": launcher, "ok": False, "ended_s": ended}
+    rec = json.loads(out.read_text())
+    return {"backend": backend, "fault": fault, "launcher": launcher, "ok": True, "ended_s": ended, "record": rec}
+
+
+@app.command()
+def restarts(
+    rounds: Annotated[int, typer.Option(help="rounds; the libraries and faults alternate within each")] = 3,
+    steps: Annotated[int, typer.Option(help="steps of each run")] = 30,
+    out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
+) -> None:
+    runs: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for rnd in range(1, rounds + 1):
+            order = [(b, f) for b in LIBRARIES for f in FAULTS]
+            for backend, fault in order if rnd % 2 else order[::-1]:
+                folder = Path(tmp) / f"r{rnd}"
+                folder.mkdir(exist_ok=True)
+                run = {**one_run(backend, fault, steps, folder), "round": rnd}
+                print(f"round {rnd} {backend} {fault}: {_said(run)}", flush=True)
+                runs.append(run)
+    lines = restart_table(runs, rounds, steps)
+    write_section(out, SECTION, lines)
+    print("\n".join(lines))
+
+
+def _said(run: dict) -> str:
+    if not run["ok"]:
+        return f"ended, failed, after {run['ended_s']:.1f} s"
+    cost = run["record"].get("fault") or {}
+    return f"ok after {run['ended_s']:.1f} s; {cost}"
+
+
+def restart_table(runs: list[dict], rounds: int, steps: int) -> list[str]:
+    head = (
+        f"Produced by `python -m benchmarks.faults restarts --rounds {rounds} --steps {steps}` on {machine()}: "
+        "MNIST at 2 processes, one thread each, dropout off, a checkpoint every 10 steps, rank 1 killed or hung "
+        f"after step 15 (hung: `--timeout-s {HANG_TIMEOUT_S}`); medians over the rounds (min-max), from the fault. "
+        "Goodput: useful samples per second of the whole run, over the same library's run without a fault in the "
+        "same round. Same run: the faulted run's final parameters and loss history equal the fault-free run's."
+    )
+    lines = [SECTION, "", head, ""]
+    lines += [
+        "| library | launcher | fault | continued | job ended after (s) | first noticed (s) | restarted (s) "
+        "| recovered (s) | steps redone | goodput vs no fault | same run |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for backend in LIBRARIES:
+        free = {r["round"]: r for r in runs if (r["backend"], r["fault"], r["ok"]) == (backend, "none", True)}
+        for fault in FAULTS[1:]:
+            mine = [r for r in runs if (r["backend"], r["fault"]) == (backend, fault)]
+            lines.append(_row(backend, fault, mine, free))
+    return [*lines, ""]
+
+
+def _row(backend: str, fault: str, mine: list[dict], free: dict[int, dict]) -> str:
+    ok = [r for r in mine if r["ok"]]
+    costs = [r["record"]["fault"] for r in ok]
+    ended = [r["ended_s"] for r in mine if not r["ok"]]
+    goodput = [
+        r["record"]["fault"]["goodput_samples_per_sec"] / _goodput(free[r["round"]]["record"])
+        for r in ok
+        if r["round"] in free
+    ]
+    same = [_same(r["record"], free[r["round"]]["record"]) for r in ok if r["round"] in free]
+    cells = [
+        backend,
+        mine[0]["launcher"] if mine else "—",
+        f"`{fault}`",
+        f"{len(ok)} of {len(mine)}",
+        _spread(ended),
+        *(_spread([c[k] for c in costs if c.get(k) is not None]) for k in _COSTS),
+        _spread(goodput, ".2f"),
+        f"{sum(same)} of {len(same)}" if same else "—",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+_COSTS = ("first_noticed_s", "restarted_s", "recovered_s", "steps_redone")
+
+
+def _goodput(rec: dict) -> float:
+    return rec["steps"] * rec["global_batch_size"] / rec["wall_time_s"]
+
+
+def _same(a: dict, b: dict) -> bool:
+    return a["param_checksum"] == b["param_checksum"] and a["loss_history"] == b["loss_history"]
+
+
+def _spread(values: list[float], spec: str = ".1f") -> str:
+    if not values:
+        return "—"
+    med = statistics.median(values)
+    if len(values) == 1 or min(values) == max(values):
+        return format(med, spec)
+    return f"{med:{spec}} ({min(values):{spec}}-{max(values):{spec}})"
+
+
+@app.command()
+def straggler(
+    rounds: Annotated[int, typer.Option(help="rounds of the sweep")] = 3,
+    out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
+) -> None:
+    sweep = STRAGGLER_DIR
+    if not (sweep / "results.jsonl").is_file():
+        cmd = ["run.py", "compare", "--backends", ",".join(LIBRARIES), "--nprocs", "2", "--fault", "none,slow:1:3"]
+        cmd += ["--max-steps", "40", "--dropout", "0", "--repeats", str(rounds), "--out", str(sweep)]
+        subprocess.run([sys.executable, *cmd], cwd=ROOT, env=child_env(), check=False)
+    report = (sweep / "report.md").read_text()
+    faults = "## Faults" + report.split("## Faults", 1)[1].split("\n## ", 1)[0]
+    where = sweep.relative_to(ROOT)
+    head = (
+        f"Produced by `python -m benchmarks.faults straggler --rounds {rounds}` on {machine()}: `run.py compare "
+        f"--backends {','.join(LIBRARIES)} --nprocs 2 --fault none,slow:1:3 --max-steps 40 --dropout 0 --repeats "
+        f"{rounds} --out {where}` (its report: {where}/report.md), the Faults section of its report:"
+    )
+    body = faults.split("\n", 2)[2].strip()
+    lines = [STRAGGLER, "", head, "", body, ""]
+    write_section(out, STRAGGLER, lines)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    app()
