@@ -74,19 +74,21 @@ def one_run(backend: str, fault: str, steps: int, folder: Path) -> dict:
 def restarts(
     rounds: Annotated[int, typer.Option(help="rounds; the libraries and faults alternate within each")] = 3,
     steps: Annotated[int, typer.Option(help="steps of each run")] = 30,
+    libraries: Annotated[str, typer.Option(help="comma-separated")] = ",".join(LIBRARIES),
     out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
 ) -> None:
     runs: list[dict] = []
+    chosen = libraries.split(",")
     with tempfile.TemporaryDirectory() as tmp:
         for rnd in range(1, rounds + 1):
-            order = [(b, f) for b in LIBRARIES for f in FAULTS]
+            order = [(b, f) for b in chosen for f in FAULTS]
             for backend, fault in order if rnd % 2 else order[::-1]:
                 folder = Path(tmp) / f"r{rnd}"
                 folder.mkdir(exist_ok=True)
                 run = {**one_run(backend, fault, steps, folder), "round": rnd}
                 print(f"round {rnd} {backend} {fault}: {_said(run)}", flush=True)
                 runs.append(run)
-    lines = restart_table(runs, rounds, steps)
+    lines = restart_table(runs, rounds, steps, chosen)
     write_section(out, SECTION, lines)
     print("\n".join(lines))
 
@@ -98,9 +100,11 @@ def _said(run: dict) -> str:
     return f"ok after {run['ended_s']:.1f} s; {cost}"
 
 
-def restart_table(runs: list[dict], rounds: int, steps: int) -> list[str]:
+def restart_table(runs: list[dict], rounds: int, steps: int, libraries: list[str]) -> list[str]:
     head = (
-        f"Produced by `python -m benchmarks.faults restarts --rounds {rounds} --steps {steps}` on {machine()}: "
+        f"Produced by `python -m benchmarks.faults restarts --rounds {rounds} --steps {steps}"
+        + (f" --libraries {','.join(libraries)}" if tuple(libraries) != LIBRARIES else "")
+        + f"` on {machine()}: "
         "MNIST at 2 processes, one thread each, dropout off, a checkpoint every 10 steps, rank 1 killed or hung "
         f"after step 15 (hung: `--timeout-s {HANG_TIMEOUT_S}`); medians over the rounds (min-max), from the fault. "
         "Goodput: useful samples per second of the whole run, over the same library's run without a fault in the "
@@ -112,7 +116,7 @@ def restart_table(runs: list[dict], rounds: int, steps: int) -> list[str]:
         "| recovered (s) | steps redone | goodput vs no fault | same run |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for backend in LIBRARIES:
+    for backend in libraries:
         free = {r["round"]: r for r in runs if (r["backend"], r["fault"], r["ok"]) == (backend, "none", True)}
         for fault in FAULTS[1:]:
             mine = [r for r in runs if (r["backend"], r["fault"]) == (backend, fault)]
@@ -136,14 +140,14 @@ def _row(backend: str, fault: str, mine: list[dict], free: dict[int, dict]) -> s
         f"`{fault}`",
         f"{len(ok)} of {len(mine)}",
         _spread(ended),
-        *(_spread([c[k] for c in costs if c.get(k) is not None]) for k in _COSTS),
+        *(_spread([c[k] for c in costs if c.get(k) is not None], spec) for k, spec in _COSTS.items()),
         _spread(goodput, ".2f"),
         f"{sum(same)} of {len(same)}" if same else "—",
     ]
     return "| " + " | ".join(cells) + " |"
 
 
-_COSTS = ("first_noticed_s", "restarted_s", "recovered_s", "steps_redone")
+_COSTS = {"first_noticed_s": ".2f", "restarted_s": ".2f", "recovered_s": ".1f", "steps_redone": ".0f"}
 
 
 def _goodput(rec: dict) -> float:

@@ -17,9 +17,12 @@ each attempt's first completed step, and a survivor's failed collective. The rec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -106,6 +109,53 @@ class Injector:
         self.events.add("noticed", rank=self.rank, restart=self.restart_count, error=type(error).__name__)
 
 
+WATCHDOG_GRACE_S = 15  # past --timeout-s: the library's own timeout acts first where it has one
+
+
+class Watchdog:
+    """distbench's own: where no training step completes for --timeout-s + WATCHDOG_GRACE_S (armed at the first step;
+    not while evaluating or checkpointing, whose collectives have their library's timeout), the job is stalled (a
+    hung rank that the library does not notice: Horovod's cycle waits for its tensors for ever): one line, an event,
+    and this process ends, so that its launcher ends the job."""
+
+    def __init__(self, timeout_s: float, rank: int, events: Events):
+        self.limit, self.rank, self.events = timeout_s + WATCHDOG_GRACE_S, rank, events
+        self.last: float | None = None  # the last beat; None: not armed, or held
+        self.stopped = threading.Event()
+        threading.Thread(target=self._watch, name="distbench-watchdog", daemon=True).start()
+
+    def beat(self) -> None:
+        self.last = time.monotonic()
+
+    @contextlib.contextmanager
+    def held(self):
+        """Not watching meanwhile (evaluation, a checkpoint); the clock starts again after."""
+        armed, self.last = self.last is not None, None
+        try:
+            yield
+        finally:
+            self.last = time.monotonic() if armed else None
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(1.0):
+            last = self.last
+            if last is not None and time.monotonic() - last > self.limit:
+                self._fire()
+
+    def _fire(self) -> None:
+        self.events.add("noticed", rank=self.rank, error="distbench watchdog")
+        print(
+            f"error: rank {self.rank}: no training step completed in {self.limit:.0f} s (--timeout-s + "
+            f"{WATCHDOG_GRACE_S}): the job is stalled (a rank hangs?); distbench's watchdog ends this process",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(1)
+
+
 def costs(text: str | None, events: list[dict], now: float, samples: int) -> dict | None:
     """The record's `fault`: the fault asked for, and, where the run met it and continued, what it cost: when the
     first survivor noticed, when the launcher had the next attempt running (every survivor gone by then: the
@@ -124,7 +174,7 @@ def costs(text: str | None, events: list[dict], now: float, samples: int) -> dic
     t = met["t"]
     after = [a for a in attempts if a["started"] > t]
     firsts = [e["t"] for e in events if e["event"] == "first_step" and e["t"] > t]
-    noticed = [e["t"] - t for e in events if e["event"] == "noticed" and e["t"] > t]
+    noticed = [e["t"] - t for e in events if e["event"] == "noticed" and e["t"] > t and e["rank"] != fault.rank]
     wall = now - attempts[0]["started"]
     return {
         **said,

@@ -200,6 +200,7 @@ class Trainer:
         self.first_micro_batch = None  # its shapes: what the model's FLOPs are counted on (training/flops.py)
         self.events = faults.Events(cfg.checkpoint_dir)
         self.injector = faults.Injector(cfg.fault, backend.rank, backend.launch.restart_count, self.events)
+        self.watchdog = faults.Watchdog(cfg.timeout_s, backend.rank, self.events)
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         parts = self.parts
@@ -323,12 +324,14 @@ class Trainer:
             if self.shows(self.step):
                 with timer.excluded():  # the bar's own exchange: not the training's (a sweep's runs show no bar)
                     self.reporter.update(self.step, backend.all_reduce(loss, ReduceOp.AVG))  # as the record keeps it
+            self.watchdog.beat()
             if self.checkpointer.due(self.step):
-                self.checkpointer.save(self.step, self.loss_history())
+                with self.watchdog.held():
+                    self.checkpointer.save(self.step, self.loss_history())
             self.injector.stepped(self.step)  # --fault kill, hang: after this step's checkpoint
 
     def evaluate(self, epoch: int, timer: StepTimer) -> dict:
-        with timer.excluded() as span:
+        with timer.excluded() as span, self.watchdog.held():
             ev = evaluate(self.task, self.backend.unwrap(self.parts.model), self.parts.test_loader, self.backend)
         ev.update(epoch=epoch + 1, step=self.step, eval_s=span.seconds)
         target = self.cfg.target_accuracy
@@ -358,6 +361,7 @@ class Trainer:
         self.memory = memory.per_rank(parts.model, parts.optimizer, self.backend)  # the gradients of the last step
         self.reporter.close()
         evals.append(self.evaluate(max(0, n_epochs - 1), timer))  # at the end: also a run resumed at its end
+        self.watchdog.stop()  # training is over: the record's collectives have their library's timeout
         return timer, evals
 
 
