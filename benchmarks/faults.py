@@ -6,11 +6,12 @@ into docs/faults.md.
 
 `restarts`: MNIST at 2 processes, a checkpoint every 10 steps, rank 1 killed (`--fault kill:1@15`) or hung
 (`--fault hang:1@15`, `--timeout-s 20`) after step 15, and the same run without a fault, the libraries alternating
-within each round. Each library under the launcher its users restart a job with: torchrun's agent with
-`--max-restarts 1` and a c10d rendezvous (ddp, fsdp, deepspeed, fabric: Fabric's and DeepSpeed's users run torchrun
-too), `accelerate launch --max_restarts 1` (accelerate); horovodrun has no restart (Horovod's is Horovod Elastic, a
-loop of its own), so its job ends. The record's `fault` (training/faults.py) gives what a continued run paid; a run
-that ended gives how long that took.
+within each round. Each library under the launcher its users restart a job with, as `compare --restarts 1` starts
+it (launching/commands.restarting_launcher): torchrun's agent with `--max-restarts 1` and a c10d rendezvous (ddp,
+fsdp, deepspeed, fabric: DeepSpeed's and Fabric's own launchers restart nothing), `accelerate launch --max_restarts
+1` (accelerate); horovodrun has no restart (Horovod's is Horovod Elastic, a loop of its own), so its job ends.
+The record's `fault` (training/faults.py) gives what a continued run paid; a run that ended gives how long that
+took.
 `straggler`: `run.py compare` of every library at x2 with and without rank 1 computing 3 times as long; its
 report's Faults section.
 """
@@ -29,9 +30,9 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, child_env, machine, write_section
-from distbench.launching.commands import command
-from distbench.launching.launch import ACCELERATE, BIN, local_argv, resolve
-from distbench.process import free_port
+from distbench.errors import UserError
+from distbench.launching.commands import command, restarting_launcher
+from distbench.launching.launch import local_argv, resolve
 
 LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric", "horovod")
 FAULTS = ("none", "kill:1@15", "hang:1@15")
@@ -43,15 +44,14 @@ app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
 def restarting(backend: str, args: list[str]) -> tuple[str, list[str]]:
-    """The launcher that restarts `backend`'s job, by name, and its command for 2 processes on this machine."""
-    program = ["run.py", "--backend", backend, *args]
-    if backend == "accelerate":
-        argv = resolve(local_argv(ACCELERATE, [], 2))
-        return "accelerate launch --max_restarts 1", [*argv[:2], "--max_restarts", "1", *argv[2:], *program]
-    if backend == "horovod":
+    """The launcher that restarts `backend`'s job (what `compare --restarts 1` starts it with), in words, and its
+    command for 2 processes on this machine; horovodrun's own where there is none."""
+    try:
+        launcher = restarting_launcher(backend, 1)
+    except UserError:
         return "horovodrun (no restart)", command(backend, 2, args)
-    agent = [str(BIN / "torchrun"), "--max-restarts=1", "--nproc_per_node", "2", "--rdzv-backend", "c10d"]
-    return "torchrun --max-restarts 1 (c10d)", [*agent, "--rdzv-endpoint", f"127.0.0.1:{free_port()}", *program]
+    said = {"torchrun": "torchrun --max-restarts 1 (c10d)", "accelerate launch": "accelerate launch --max_restarts 1"}
+    return said[launcher.name], resolve(local_argv(launcher, ["run.py", "--backend", backend, *args], 2))
 
 
 def one_run(backend: str, fault: str, steps: int, folder: Path) -> dict:
@@ -177,16 +177,15 @@ def straggler(
         cmd = ["run.py", "compare", "--backends", ",".join(LIBRARIES), "--nprocs", "2", "--fault", "none,slow:1:3"]
         cmd += ["--max-steps", "40", "--dropout", "0", "--repeats", str(rounds), "--out", str(sweep)]
         subprocess.run([sys.executable, *cmd], cwd=ROOT, env=child_env(), check=False)
-    report = (sweep / "report.md").read_text()
-    faults = "## Faults" + report.split("## Faults", 1)[1].split("\n## ", 1)[0]
+    section = (sweep / "report.md").read_text().split("## Faults\n", 1)[1].split("\n\n")
+    table = next(part for part in section if part.startswith("| configuration |"))  # its table, whole
     where = sweep.relative_to(ROOT)
     head = (
         f"Produced by `python -m benchmarks.faults straggler --rounds {rounds}` on {machine()}: `run.py compare "
         f"--backends {','.join(LIBRARIES)} --nprocs 2 --fault none,slow:1:3 --max-steps 40 --dropout 0 --repeats "
         f"{rounds} --out {where}` (its report: {where}/report.md), the Faults section of its report:"
     )
-    body = faults.split("\n", 2)[2].strip()
-    lines = [STRAGGLER, "", head, "", body, ""]
+    lines = [STRAGGLER, "", head, "", table, ""]
     write_section(out, STRAGGLER, lines)
     print("\n".join(lines))
 

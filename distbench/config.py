@@ -279,7 +279,7 @@ class RunConfig:
     checkpoint_dir: Path | None = option(
         None, "Save checkpoints here; a run resumes from the one it finds there.", sweep=SET
     )
-    checkpoint_every: int = option(100, "Checkpoint every N global steps.", checks=(POSITIVE,), sweep=SET)
+    checkpoint_every: int = option(100, "Checkpoint every N global steps.", checks=(POSITIVE,))
 
     def with_task_defaults(self, **defaults) -> RunConfig:
         """Fill the options left unset (None) with the task's defaults."""

@@ -55,6 +55,15 @@ def compare_params() -> list:
         ),
         param("order_seed", int, 0, help="Seed of the shuffled order of each round (recorded)."),
         param("run_timeout_s", int, 900, help="Per-run timeout; the run is killed and marked failed."),
+        param(
+            "restarts",
+            int,
+            0,
+            help="Restart a run's processes up to N times after a failure, as each library's users do to continue "
+            "(torchrun's --max-restarts with a c10d rendezvous; accelerate launch's --max_restarts; DeepSpeed and "
+            "Fabric under torchrun; horovodrun has none), each run resuming from its last checkpoint (a folder of "
+            "its own, every --checkpoint-every steps); its record says what a failure cost (docs/faults.md).",
+        ),
         param("extra", str, "", help="Extra run.py options, quoted, e.g. '--precision bf16'."),
     ]
     forwarded = run_options(FORWARDED, optional=True)
@@ -74,6 +83,7 @@ def compare(values: dict) -> None:
         repeats=values.pop("repeats"),
         order_seed=values.pop("order_seed"),
         run_timeout_s=values.pop("run_timeout_s"),
+        restarts=values.pop("restarts"),
         forwarded={name: values[name] for name in FORWARDED},
         extra=extra,
         extra_values=_extra_values(extra),

@@ -11,7 +11,18 @@ from __future__ import annotations
 
 from distbench.backends import REGISTRY, get_spec
 from distbench.errors import UserError
-from distbench.launching.launch import BY_HAND, LAUNCHERS, PYTHON, Launcher, local_argv, resolve
+from distbench.launching.launch import (
+    ACCELERATE,
+    BY_HAND,
+    LAUNCHERS,
+    PYTHON,
+    TORCHRUN,
+    AccelerateLaunch,
+    Launcher,
+    Torchrun,
+    local_argv,
+    resolve,
+)
 from distbench.process import LaunchEnv
 
 
@@ -23,6 +34,22 @@ def launchers_of(backend: str) -> tuple[Launcher, ...]:
 def usual_launcher(backend: str) -> Launcher:
     """The launcher that `backend`'s users usually start it with: what `compare` and the benchmarks run."""
     return launchers_of(backend)[0]
+
+
+def restarting_launcher(backend: str, restarts: int) -> Launcher:
+    """The launcher that restarts `backend`'s worker group up to `restarts` times after a failure, as its users run it
+    to continue: accelerate launch's --max_restarts for the Accelerate backends; torchrun's --max-restarts for the
+    others that torchrun starts (DeepSpeed's and Fabric's users restart under torchrun's agent: their own launchers
+    restart nothing). horovodrun restarts nothing (Horovod's way is Horovod Elastic, its own loop): one line."""
+    names = launchers_of(backend)
+    if ACCELERATE in names:
+        return AccelerateLaunch(restarts)
+    if TORCHRUN in names:
+        return Torchrun(restarts)
+    raise UserError(
+        f"--restarts {restarts}: {backend} has no launcher that restarts its processes "
+        f"({', '.join(launcher.name for launcher in names)}; Horovod's way, Horovod Elastic, is not in distbench yet)"
+    )
 
 
 def _one_node_form(launcher: Launcher, program: list[str]) -> list[str]:

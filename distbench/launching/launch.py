@@ -93,15 +93,23 @@ class Python(Launcher):
 
 
 class Torchrun(Launcher):
-    """torchrun: an agent on every node; static rendezvous on one node, c10d across several."""
+    """torchrun: an agent on every node; static rendezvous on one node, c10d across several. With `restarts`, the
+    agent restarts the worker group up to that many times after a worker fails (`--max-restarts`), meeting at a c10d
+    rendezvous on one node too, as torchrun's elastic form does."""
 
     name = process.TORCHRUN
     several_nodes_note = "(the same on each machine)"
 
+    def __init__(self, restarts: int = 0):
+        self.restarts = restarts
+
     def commands(self, program, nprocs, hosts=None, port=None):
         agent = ["torchrun", "--nproc_per_node", str(nprocs)]
+        agent += [f"--max-restarts={self.restarts}"] if self.restarts else []
         if not hosts:
             return [[*agent, *program]]
+        if len(hosts) == 1 and self.restarts:
+            return [[*agent, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts[0]}:{port}", *program]]
         if len(hosts) == 1:  # torchrun's static rendezvous on the given address
             return [[*agent, "--master_addr", hosts[0], "--master_port", str(port), *program]]
         # several nodes: one agent per node, meeting at the c10d rendezvous on the first node
@@ -131,17 +139,23 @@ class AccelerateLaunch(PerNode):
     # what is compared.
     FIXED = ("--mixed_precision", "no", "--dynamo_backend", "no")
 
+    def __init__(self, restarts: int = 0):
+        self.restarts = restarts  # --max_restarts: torchrun's agent, which accelerate launch runs, restarts the group
+
+    def _launch(self) -> list[str]:
+        return ["accelerate", "launch", *(["--max_restarts", str(self.restarts)] if self.restarts else [])]
+
     def one_node(self, program, nprocs, host, port):
         if nprocs in (1, "1"):
             return ["python", *program]  # accelerate launch with one process is plain python
         meet = ["--main_process_ip", host, "--main_process_port", str(port)] if host else []
-        return ["accelerate", "launch", "--multi_gpu", "--num_processes", str(nprocs), *self.FIXED, *meet, *program]
+        return [*self._launch(), "--multi_gpu", "--num_processes", str(nprocs), *self.FIXED, *meet, *program]
 
     def node_command(self, program, nprocs, hosts, port, node_rank):
         total = str(int(nprocs) * len(hosts))  # --num_processes counts every node's
         several = ["--num_processes", total, "--num_machines", str(len(hosts)), "--machine_rank", node_rank]
         meet = ["--main_process_ip", hosts[0], "--main_process_port", str(port)]
-        return ["accelerate", "launch", "--multi_gpu", *several, *self.FIXED, *meet, *program]
+        return [*self._launch(), "--multi_gpu", *several, *self.FIXED, *meet, *program]
 
 
 class Horovodrun(Launcher):

@@ -30,6 +30,7 @@ class CompareRequest:
     repeats: int
     order_seed: int
     run_timeout_s: int
+    restarts: int  # the launchers restart a failed run's processes up to this many times; 0: not at all
     forwarded: dict  # the run options forwarded to every run (RunConfig's FORWARD fields; None: not given)
     extra: str  # run.py options passed on as given
     extra_values: dict  # the same, read by run.py's parser (RunConfig's fields)
@@ -51,7 +52,7 @@ def run(request: CompareRequest) -> Outcome:
     launched or written."""
     given = {**request.forwarded, **request.extra_values}  # what every run gets: --extra comes last, and wins
     _check(request, given)
-    executor = executor_for(request.scheduler, request.slurm_launch)
+    executor = executor_for(request.scheduler, request.slurm_launch, request.restarts)
     task = given["task"] or DEFAULTS["task"]
     emulated = given.get("emulate") is not None
     planned = plan_runs(
@@ -62,7 +63,7 @@ def run(request: CompareRequest) -> Outcome:
     forwarded = to_args({**request.forwarded, "task": None})
     base_args = ["--task", task, *forwarded, "--no-progress", *shlex.split(request.extra)]
     orders = round_orders(len(planned), request.repeats, request.order_seed)
-    sweep = Sweep(request.out, task_name(task), base_args, planned, orders, request.run_timeout_s)
+    sweep = Sweep(request.out, task_name(task), base_args, planned, orders, request.run_timeout_s, request.restarts > 0)
     request.out.mkdir(parents=True, exist_ok=True)
     described = sweep.describe(request.command_line, request.repeats, request.order_seed)
     write_json(request.out / "sweep.json", described, indent=2)
@@ -90,6 +91,8 @@ def _check(request: CompareRequest, run_values: dict) -> None:
     for option, value in (("--threads", request.threads), ("--repeats", request.repeats)):
         if (error := POSITIVE.error(option, value)) is not None:
             raise UserError(error)
+    if request.restarts < 0:
+        raise UserError(f"--restarts must be 0 or more, got {request.restarts}")
     for name, value in run_values.items():
         for check in FIELDS[name].metadata["checks"]:
             if (error := check.error(flag(name), value)) is not None:

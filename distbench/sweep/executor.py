@@ -34,7 +34,7 @@ from pathlib import Path
 from distbench.backends import DISTRIBUTED, get_spec
 from distbench.errors import UserError
 from distbench.launching import bridge, link, netns, topology
-from distbench.launching.commands import usual_launcher
+from distbench.launching.commands import restarting_launcher, usual_launcher
 from distbench.launching.launch import HOROVODRUN, local_argv, resolve
 from distbench.launching.netns import NodeNetwork
 from distbench.machine import available_cpus
@@ -44,15 +44,18 @@ from distbench.sweep.configuration import SweepConfig
 SCHEDULERS = ("local", "slurm")
 
 
-def executor_for(scheduler: str, slurm_launch: str = "usual") -> Executor:
-    """The executor of `--scheduler`: one line for an unknown one, or for Slurm outside an allocation."""
+def executor_for(scheduler: str, slurm_launch: str = "usual", restarts: int = 0) -> Executor:
+    """The executor of `--scheduler`: one line for an unknown one, or for Slurm outside an allocation (or with
+    restarts: not yet on Slurm)."""
     if scheduler not in SCHEDULERS:
         raise UserError(f"--scheduler {scheduler!r}: one of {', '.join(SCHEDULERS)}")
     if scheduler == "slurm":
         from distbench.sweep.slurm import SlurmExecutor
 
+        if restarts:
+            raise UserError(f"--restarts {restarts} with --scheduler slurm: not yet (a restart on this machine only)")
         return SlurmExecutor(slurm_launch)
-    return LocalExecutor()
+    return LocalExecutor(restarts)
 
 
 @dataclass(frozen=True)
@@ -113,17 +116,20 @@ def launch_config(
     args: list[str],
     program: list[str] | None = None,
     net: NodeNetwork | None = None,
+    restarts: int = 0,
 ) -> topology.NodeLaunch:
     """The command(s) that start `run.py --backend BACKEND ARGS` (or `program`, what follows python) with world_size
-    processes: the backend's usual launcher, as `nodes` simulated nodes when there are several (each in its own
-    network namespace of `net`, at its own address, when given)."""
+    processes: the backend's usual launcher, or with `restarts` the one that restarts its workers that many times
+    (commands.restarting_launcher), as `nodes` simulated nodes when there are several (each in its own network
+    namespace of `net`, at its own address, when given)."""
     spec = get_spec(backend)
     program = program or spec.program(args)
+    launcher = restarting_launcher(backend, restarts) if restarts else usual_launcher(backend)
     if nodes == 1:
-        return topology.NodeLaunch([local_argv(usual_launcher(backend), program, world_size)], {})
+        return topology.NodeLaunch([local_argv(launcher, program, world_size)], {})
     if net is None:
-        return topology.node_launch(usual_launcher(backend), program, nodes, world_size // nodes)
-    if usual_launcher(backend) is HOROVODRUN:  # one horovodrun at the switch; each worker enters its node
+        return topology.node_launch(launcher, program, nodes, world_size // nodes)
+    if launcher is HOROVODRUN:  # one horovodrun at the switch; each worker enters its node
         (argv,) = HOROVODRUN.commands([], world_size // nodes, topology.hosts(HOROVODRUN, nodes))
         cores = topology.SimulatedNodes.split(nodes, shared=True).env_value()  # checked: LocalExecutor.check
         started = topology.NodeLaunch(
@@ -131,7 +137,7 @@ def launch_config(
         )
     else:
         addrs = [netns.node_addr(i) for i in range(nodes)]
-        started = topology.node_launch(usual_launcher(backend), program, nodes, world_size // nodes, addrs, net.wrap)
+        started = topology.node_launch(launcher, program, nodes, world_size // nodes, addrs, net.wrap)
     return topology.NodeLaunch(started.commands, {**started.env, **net.env()})
 
 
@@ -147,9 +153,13 @@ def link_error(config: SweepConfig) -> str | None:
 
 
 class LocalExecutor(Executor):
-    """This machine: simulated nodes on their own cores, a shaped loopback in a private network namespace."""
+    """This machine: simulated nodes on their own cores, a shaped loopback in a private network namespace; with
+    `restarts`, each backend under the launcher that restarts its workers after a failure (compare --restarts)."""
 
     dilation = 1.0  # --dilation: the links are shaped at their rate / K (check sets it)
+
+    def __init__(self, restarts: int = 0):
+        self.restarts = restarts
 
     def check(self, configs: list[SweepConfig], emulated: bool = False, dilation: float = 1.0) -> None:
         """Nodes and links that cannot run here: one line, before any run (`emulated`: the runs compute nothing, and
@@ -159,6 +169,8 @@ class LocalExecutor(Executor):
         for c in configs:
             if (error := link_error(c)) is not None:
                 raise UserError(error)
+            if self.restarts and c.backend in DISTRIBUTED:
+                restarting_launcher(c.backend, self.restarts)  # one that restarts: else one line
             if c.nodes > 1:
                 topology.SimulatedNodes.split(c.nodes, shared=emulated)  # a core per node that computes
                 launcher = usual_launcher(c.backend)
@@ -201,7 +213,8 @@ class LocalExecutor(Executor):
     def start(self, config: SweepConfig, args: list[str], program: list[str] | None = None) -> Iterator[Started]:
         """The backend's usual launcher (as simulated nodes where `config` has several), inside the run's links."""
         with self.links(config) as net:
-            launch = launch_config(config.backend, config.world_size, config.nodes, args, program, net)
+            restarts = self.restarts if config.backend in DISTRIBUTED else 0
+            launch = launch_config(config.backend, config.world_size, config.nodes, args, program, net, restarts)
             yield Started([resolve(c) for c in launch.commands], launch.env, launch.shell())
 
     def run_attached(self, config: SweepConfig, args: list[str], timeout_s: float) -> int:

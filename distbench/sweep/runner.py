@@ -8,7 +8,10 @@ current run (the executor ends its processes) and keeps what was recorded.
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +35,7 @@ class Sweep:
     planned: list[Planned]
     orders: list[list[int]]
     timeout_s: float
+    checkpoints: bool = False  # each run checkpoints into a folder of its own (compare --restarts: it resumes there)
 
     def describe(self, command: str, repeats: int, order_seed: int) -> dict:
         """sweep.json: how the sweep was started and the order of every round."""
@@ -72,7 +76,8 @@ def run_planned(
     label = f"{progress} {config.name()}"
     print(f"{label}: running", file=sys.stderr, flush=True)
     log = sweep.out / "runs" / f"{name}.log"
-    record = checked(config, executor.run(config, args, out_json, log, sweep.timeout_s))
+    with checkpoint_folder(sweep, name) as resumable:
+        record = checked(config, executor.run(config, [*args, *resumable], out_json, log, sweep.timeout_s))
     record.update(baseline=planned.baseline, round=round_no, order=position)
     record["log"] = str(log.relative_to(sweep.out))  # the run's whole output, beside results.jsonl
     append_line(sweep.out / RESULTS, to_json(record, sort_keys=True))
@@ -82,6 +87,22 @@ def run_planned(
         said = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
     print(f"{label}: {said}", file=sys.stderr, flush=True)
     return record
+
+
+@contextlib.contextmanager
+def checkpoint_folder(sweep: Sweep, name: str) -> Iterator[list[str]]:
+    """With `sweep.checkpoints` (compare --restarts), the run's --checkpoint-dir: a fresh folder of its own, from which
+    a restarted run resumes and a run of another round never does, removed after the run (its record keeps what the
+    restarts cost); else no options."""
+    if not sweep.checkpoints:
+        yield []
+        return
+    folder = sweep.out / "runs" / f"{name}.ckpt"
+    shutil.rmtree(folder, ignore_errors=True)
+    try:
+        yield ["--checkpoint-dir", str(folder)]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def checked(config: SweepConfig, record: dict) -> dict:

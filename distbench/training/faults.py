@@ -65,7 +65,11 @@ class Events:
 class Injector:
     """The fault on its rank, on the first attempt; the events of every rank's attempt."""
 
-    def __init__(self, text: str | None, rank: int, restart_count: int, events: Events):
+    def __init__(self, text: str | None, rank: int, restart_count: int, events: Events, on_cpu: bool = True):
+        """`on_cpu`: the rank computes on its CPU (not a device's, not an emulation's waits): a straggler's computation
+        is timed by its main thread's CPU time, which a wait for the other ranks' exchange does not advance (DDP's
+        and FSDP's backward waits for it); else by the wall clock, that wait included."""
+        self.clock = time.thread_time if on_cpu else time.perf_counter
         fault = parse_fault(text)
         # once per run: not again in an attempt that resumed past it (the events say it happened; without a
         # checkpoint folder to keep them, not again in a restarted group)
@@ -85,7 +89,8 @@ class Injector:
         self.events.add("attempt", restart=self.restart_count, started=started, resumed_from=resumed_from)
 
     def computed(self, seconds: float) -> None:
-        """After a step's forward and backward, which took `seconds`: a straggler waits out its factor."""
+        """After a step's forward and backward, which took `seconds` of its `clock`: a straggler waits out its
+        factor."""
         if self.fault is not None and self.fault.kind == "slow":
             time.sleep((self.fault.factor - 1.0) * seconds)
 
@@ -118,8 +123,8 @@ class Watchdog:
     hung rank that the library does not notice: Horovod's cycle waits for its tensors for ever): one line, an event,
     and this process ends, so that its launcher ends the job."""
 
-    def __init__(self, timeout_s: float, rank: int, events: Events):
-        self.limit, self.rank, self.events = timeout_s + WATCHDOG_GRACE_S, rank, events
+    def __init__(self, limit_s: float, rank: int, events: Events):
+        self.limit, self.rank, self.events = limit_s, rank, events
         self.last: float | None = None  # the last beat; None: not armed, or held
         self.stopped = threading.Event()
         threading.Thread(target=self._watch, name="distbench-watchdog", daemon=True).start()
@@ -149,7 +154,7 @@ class Watchdog:
         self.events.add("noticed", rank=self.rank, error="distbench watchdog")
         print(
             f"error: rank {self.rank}: no training step completed in {self.limit:.0f} s (--timeout-s + "
-            f"{WATCHDOG_GRACE_S}): the job is stalled (a rank hangs?); distbench's watchdog ends this process",
+            f"{WATCHDOG_GRACE_S} s): the job is stalled (a rank hangs?); distbench's watchdog ends this process",
             file=sys.stderr,
             flush=True,
         )
@@ -174,12 +179,15 @@ def costs(text: str | None, events: list[dict], now: float, samples: int) -> dic
     t = met["t"]
     after = [a for a in attempts if a["started"] > t]
     firsts = [e["t"] for e in events if e["event"] == "first_step" and e["t"] > t]
-    noticed = [e["t"] - t for e in events if e["event"] == "noticed" and e["t"] > t and e["rank"] != fault.rank]
+    noticed = sorted(
+        (e["t"] - t, e["error"]) for e in events if e["event"] == "noticed" and e["t"] > t and e["rank"] != fault.rank
+    )
     wall = now - attempts[0]["started"]
     return {
         **said,
         "met": True,
-        "first_noticed_s": min(noticed) if noticed else None,
+        "first_noticed_s": noticed[0][0] if noticed else None,
+        "first_noticed_by": noticed[0][1] if noticed else None,  # the failed collective's error, or the watchdog
         "restarted_s": after[0]["started"] - t if after else None,
         "recovered_s": firsts[0] - t if firsts else None,
         "steps_redone": met["step"] - after[0]["resumed_from"] if after else None,

@@ -199,8 +199,9 @@ class Trainer:
         self.time_to_target_s: float | None = None  # training time until --target-accuracy was first reached
         self.first_micro_batch = None  # its shapes: what the model's FLOPs are counted on (training/flops.py)
         self.events = faults.Events(cfg.checkpoint_dir)
-        self.injector = faults.Injector(cfg.fault, backend.rank, backend.launch.restart_count, self.events)
-        self.watchdog = faults.Watchdog(cfg.timeout_s, backend.rank, self.events)
+        on_cpu = backend.device.type == "cpu" and not hasattr(task, "emulation")  # computed here: a straggler's clock
+        self.injector = faults.Injector(cfg.fault, backend.rank, backend.launch.restart_count, self.events, on_cpu)
+        self.watchdog = faults.Watchdog(cfg.timeout_s + faults.WATCHDOG_GRACE_S, backend.rank, self.events)
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         parts = self.parts
@@ -292,7 +293,7 @@ class Trainer:
         timer.count_tokens(sum(flops.tokens_in(mb) or 0 for mb in micro))  # from shapes: no wait for the device
         timer.mark(DATA)
         parts.optimizer.zero_grad()  # set_to_none by default; Horovod's wrapper takes no arguments
-        losses, started = [], time.perf_counter()
+        losses, started = [], self.injector.clock()
         for i, mb in enumerate(micro):
             with backend.accumulation(parts.model, sync=i == len(micro) - 1):
                 with backend.autocast():
@@ -300,7 +301,7 @@ class Trainer:
                 backend.backward(loss)
             losses.append(loss.detach())
         loss = losses[0] if len(losses) == 1 else torch.stack(losses).mean()
-        self.injector.computed(time.perf_counter() - started)  # --fault slow: a straggler's longer computation
+        self.injector.computed(self.injector.clock() - started)  # --fault slow: a straggler's longer computation
         timer.mark(FORWARD_BACKWARD)
         backend.optimizer_step(parts.model, parts.optimizer, self.cfg.clip_norm)
         if parts.scheduler is not None:

@@ -75,6 +75,7 @@ def test_what_a_kill_cost_comes_from_the_events():
             "factor": 1.0,
             "met": True,
             "first_noticed_s": 0.2,
+            "first_noticed_by": "RuntimeError",
             "restarted_s": 1.0,
             "recovered_s": 4.0,
             "steps_redone": 5,
@@ -116,3 +117,33 @@ def test_the_report_pairs_each_faulted_configuration_with_the_same_one_without_i
     assert "| 5 of 5 | — | — | — | — | — | 3.03x (3.01-3.05) | 1.00x (1.00-1.00) |" in rows["`slow:1:3`"]
     assert "| 5 of 5 | — | 0.1 | 0.2 | 4.0 | 5.0 | 1.00x (1.00-1.00) | 0.50x (0.50-0.50) |" in rows["`kill:1@15`"]
     assert "| 0 of 5 | 43.0 | — | — | — | — | — | — |" in rows["`hang:1@15`"]
+
+
+WATCHED = """
+import pathlib, sys, time
+from distbench.training.faults import Events, Watchdog
+
+dog = Watchdog(1.0, 0, Events(pathlib.Path(sys.argv[1])))
+dog.beat()
+with dog.held():  # evaluating, checkpointing: not watched
+    time.sleep(2.5)
+print("held", flush=True)
+time.sleep(30)  # no step: stalled
+print("never")
+"""
+
+
+def test_the_watchdog_ends_a_stalled_process_with_one_line_and_an_event(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import ROOT
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", WATCHED, str(tmp_path)], cwd=ROOT, capture_output=True, text=True)
+    assert time.monotonic() - t0 < 25
+    assert (proc.returncode, proc.stdout) == (1, "held\n")
+    assert proc.stderr.startswith("error: rank 0: no training step completed in 1 s (--timeout-s + 15 s)")
+    assert len(proc.stderr.splitlines()) == 1
+    assert [e["error"] for e in faults.Events(tmp_path).read() if e["event"] == "noticed"] == ["distbench watchdog"]
