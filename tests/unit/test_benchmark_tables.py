@@ -143,3 +143,31 @@ def test_fsdp_benchmark_section_gives_each_state_against_x1_and_the_caveat(tmp_p
     assert "| fsdp x2 | 0.500 | 0.500 | 1.000 | 2.000 | 0.500 | 900 |" in text
     assert "| ddp x2 | 1.000 | 1.000 | 2.000 | 4.000 | — | 900 |" in text  # no ddp x1 in this sweep
     assert "On CPU (fsdp): gloo has no reduce-scatter" in text and "fsdp x2 vs ddp x2" in text
+
+
+def test_faults_benchmark_table_pairs_each_fault_with_the_same_round_without_it():
+    """benchmarks/faults.py's restart table from stand-in runs: a library that continued (its costs, its goodput over
+    the fault-free run of the same round, whether it ended on the same run) and one whose job ended."""
+    from benchmarks.faults import restart_table
+
+    def record(goodput: float | None = None) -> dict:
+        rec = {"steps": 30, "global_batch_size": 64, "wall_time_s": 10.0, "param_checksum": 1.0, "loss_history": [1.0]}
+        cost = {"first_noticed_s": 0.05, "restarted_s": 0.3, "recovered_s": 4.0, "steps_redone": 5}
+        return {**rec, "fault": {**cost, "goodput_samples_per_sec": goodput} if goodput else None}
+
+    def run(backend: str, fault: str, rnd: int, ok: bool = True, **more) -> dict:
+        launcher = "torchrun" if backend == "ddp" else "horovodrun"
+        return {"backend": backend, "fault": fault, "launcher": launcher, "ok": ok, "round": rnd, **more}
+
+    runs = []
+    for rnd in (1, 2):
+        runs += [run("ddp", "none", rnd, record=record()), run("horovod", "none", rnd, record=record())]
+        runs += [run("ddp", f, rnd, record=record(96.0 * rnd)) for f in ("kill:1@15", "hang:1@15")]
+        runs += [run("horovod", f, rnd, ok=False, ended_s=8.0 + rnd) for f in ("kill:1@15", "hang:1@15")]
+    lines = restart_table(runs, 2, 30, ["ddp", "horovod"])
+    rows = [line for line in lines if line.startswith("| ddp") or line.startswith("| horovod")]
+    assert rows[0] == (
+        "| ddp | torchrun | `kill:1@15` | 2 of 2 | — | 0.05 | 0.30 | 4.0 | 5 | 0.75 (0.50-1.00) | 2 of 2 |"
+    )
+    assert rows[2] == "| horovod | horovodrun | `kill:1@15` | 0 of 2 | 9.5 (9.0-10.0) | — | — | — | — | — | — |"
+    assert "--libraries ddp,horovod" in lines[2]
