@@ -126,6 +126,11 @@ class NodeNetwork:
         (folder / "hosts").write_text(f"127.0.0.1 localhost\n{node_addr(i)} {socket.gethostname()}\n")
 
     def down(self) -> None:
+        # each node's veth pair by its switch end first: deleting one end deletes both at once, where a namespace's
+        # deletion frees the end inside it only when the kernel's cleanup gets to it, later: a next up() in this
+        # process (the bridge's measurement, then the run) met the old pair's names ("File exists")
+        for i in range(len(self.made)):
+            link._tc("ip", "link", "del", f"sw{i}", check=False)
         for ns in self.made:
             link._tc("ip", "netns", "del", ns, check=False)
             shutil.rmtree(ETC_NETNS / ns, ignore_errors=True)

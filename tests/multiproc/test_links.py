@@ -7,6 +7,7 @@ import os
 import signal
 import statistics
 import subprocess
+import sys
 import time
 
 import pytest
@@ -132,3 +133,29 @@ def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(tmp_path):
     run_in(tmp_path, py("-m benchmarks.linkcheck duplex --rate 100mbit --mb 0.5 --repeats 1"), timeout=120)
     assert not node_namespaces()
     assert not (netns.ETC_NETNS.exists() and any(p.name.startswith(mine) for p in netns.ETC_NETNS.iterdir()))
+
+
+CYCLE = """
+import subprocess
+from distbench.launching import link, netns
+
+link.enter_private_namespace()
+for _ in range(2):
+    net = netns.NodeNetwork(2, "100mbit").up()
+    subprocess.Popen(net.wrap(0, ["sleep", "3"]))  # still inside node 0 when its network goes down
+    net.down()
+print("up again")
+"""
+
+
+@pytest.mark.alone  # node namespaces: none other may be made meanwhile
+@pytest.mark.timeout(60)
+def test_a_node_network_goes_down_at_once_though_a_process_is_still_inside_a_node(tmp_path):
+    """A namespace's deletion frees the veth end inside it only once its last process has gone; the next network of
+    the same process (the bridge's measurement, then the run) met the old pair's names ("File exists") until down()
+    deleted each pair by its switch end, which removes both ends at once."""
+    script = tmp_path / "cycle.py"  # a file: entering the private namespace runs this command again
+    script.write_text(CYCLE)
+    env = child_env(tmp_path, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True)
+    assert (proc.returncode, proc.stdout.strip()) == (0, b"up again"), proc.stderr.decode()[-2000:]
