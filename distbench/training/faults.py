@@ -161,17 +161,21 @@ class Watchdog:
         os._exit(1)
 
 
-def costs(text: str | None, events: list[dict], now: float, samples: int) -> dict | None:
+def costs(text: str | None, events: list[dict], now: float, samples: int, kept: bool = True) -> dict | None:
     """The record's `fault`: the fault asked for, and, where the run met it and continued, what it cost: when the
     first survivor noticed, when the launcher had the next attempt running (every survivor gone by then: the
     agent restarts the whole group), when that attempt completed its first step, how many steps were trained again,
-    and the whole run's useful samples per second of wall time (its goodput), from the first attempt's start."""
+    and the whole run's useful samples per second of wall time (its goodput), from the first attempt's start.
+    `kept`: whether the run kept events (a --checkpoint-dir); without them whether a kill or a hang was met is not
+    known (`met` null), not "not met"."""
     fault = parse_fault(text)
     if fault is None:
         return None
     said = {"spec": text, "kind": fault.kind, "rank": fault.rank, "step": fault.step or None, "factor": fault.factor}
     if fault.kind == "slow":  # every step of the run: what it cost is the step time against a run without it
         return {**said, "met": True}
+    if not kept:
+        return {**said, "met": None}
     met = next((e for e in events if e["event"] == "fault"), None)
     attempts = [e for e in events if e["event"] == "attempt"]
     if met is None or not attempts:

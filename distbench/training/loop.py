@@ -257,8 +257,13 @@ class Trainer:
             time_to_target_s=self.time_to_target_s,
             compute=self.compute_counts(),
             emulated=self.task.emulation() if hasattr(self.task, "emulation") else None,
-            fault=faults.costs(self.cfg.fault, self.events.read(), time.time(), self.step * self.cfg.batch_size),
+            fault=self.fault_costs(),
         )
+
+    def fault_costs(self) -> dict | None:
+        """The record's `fault` (training/faults.py), from the events this run kept (none without --checkpoint-dir)."""
+        samples, kept = self.step * self.cfg.batch_size, self.events.path is not None
+        return faults.costs(self.cfg.fault, self.events.read(), time.time(), samples, kept)
 
     def compute_counts(self) -> dict:
         """The model's FLOPs over the first micro-batch, its samples and tokens (training/flops.py; none trained: a run

@@ -87,6 +87,8 @@ def test_what_a_kill_cost_comes_from_the_events():
     # the fault asked for but not met (the run ended first), and a run without one
     assert faults.costs("kill:1@15", events[:2], now=110.0, samples=1)["met"] is False
     assert faults.costs("none", events, now=110.0, samples=1) is None
+    # no --checkpoint-dir: no events kept, and whether a kill was met is not known (not "not met")
+    assert faults.costs("kill:1@15", [], now=110.0, samples=1, kept=False)["met"] is None
 
 
 def test_the_report_pairs_each_faulted_configuration_with_the_same_one_without_it(tmp_path):
