@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from enum import Enum
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Protocol, TypeVar
 
 import torch
 from torch import nn
@@ -29,6 +29,23 @@ class ReduceOp(str, Enum):
     AVG = "avg"
     MAX = "max"
     MIN = "min"
+
+
+T = TypeVar("T")
+
+
+class Progress(Protocol):
+    """What a library that continues in the processes that survive a failure (Horovod Elastic) keeps and gives back:
+    the trainer's place in the run beside the model and optimizer (training/loop.Trainer)."""
+
+    def snapshot(self) -> dict:
+        """The place to roll back to (a collective: every rank calls it at the same step)."""
+
+    def resume(self, place: dict) -> None:
+        """Continue from `place` (a snapshot): at each attempt's start, after a rollback or a resize."""
+
+    def noticed(self, error: BaseException) -> None:
+        """A collective failed: a peer is gone or silent."""
 
 
 # the dtype each 16-bit name means (--grad-compression fp16/bf16, --precision bf16)
@@ -95,6 +112,7 @@ class Backend:
         self.rank, self.world_size, self.local_rank = 0, 1, 0
         self.device = torch.device("cpu")
         self._train_sampler: GlobalBatchSampler | None = None
+        self._eval_sampler: EvalShardSampler | None = None
 
     @property
     def is_main(self) -> bool:
@@ -107,6 +125,25 @@ class Backend:
 
     def teardown(self) -> None:
         """Leave the process group; safe to call after a failed setup."""
+
+    def run_training(self, train: Callable[[], T], model: nn.Module, optimizer, progress: Progress) -> T:
+        """Run `train` (the loop, from the trainer's step to the end). Here a failed collective ends the processes,
+        and a launcher that restarts them (torchrun's agent) resumes from the last checkpoint. A library that
+        continues in the processes that survive (Horovod Elastic) rolls back to its last `commit` and runs `train`
+        again, at the size the job has then."""
+        return train()
+
+    def commit(self) -> None:
+        """Keep the state that a rollback returns to (every --commit-every steps); nothing where there is none."""
+
+    def resized(self, rank: int, world_size: int, local_rank: int) -> None:
+        """After the world changed size in these processes (an elastic library's survivors): this rank's place in it,
+        and its share of each global batch and of the test set (the global batch is kept: every step averages the
+        gradient of the same samples as before, split across fewer ranks)."""
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        for sampler in (self._train_sampler, self._eval_sampler):
+            if sampler is not None:
+                sampler.resplit(rank, world_size)
 
     def place_on_gpu(self) -> str:
         """Put this process on its GPU, where there is one, before its process group is made (torch.cuda.set_device,
@@ -140,7 +177,8 @@ class Backend:
 
     def eval_loader(self, dataset: Dataset, collate: Callable, batch_size: int) -> DataLoader:
         """This rank's strided share of the test set: every sample evaluated exactly once overall."""
-        return self.loader(dataset, collate, EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size))
+        self._eval_sampler = EvalShardSampler(len(dataset), batch_size, self.rank, self.world_size)
+        return self.loader(dataset, collate, self._eval_sampler)
 
     def loader(self, dataset: Dataset, collate: Callable, batches) -> DataLoader:
         """A loader of the batches a batch sampler draws, on its own generator, pinned where the device wants it,

@@ -7,12 +7,13 @@ import os
 import torch
 from torch import nn
 
-from distbench.backends.base import Backend, ReduceOp
+from distbench.backends.base import Backend, Progress, ReduceOp
 from distbench.errors import BackendUnavailable, UserError
 
 try:
     import horovod
     import horovod.torch as hvd
+    from horovod.common.exceptions import HorovodInternalError
 except ImportError as e:  # pragma: no cover - exercised only where horovod is missing
     raise BackendUnavailable(
         "--backend horovod needs Horovod built with PyTorch and Gloo: run `make setup` "
@@ -54,6 +55,50 @@ class HorovodBackend(Backend):
     def teardown(self) -> None:
         if hvd.is_initialized():
             hvd.shutdown()
+
+    @property
+    def elastic(self) -> bool:
+        """Whether horovodrun started this job elastic (--min-np/--max-np, a host discovery script)."""
+        return os.environ.get("HOROVOD_ELASTIC") == "1"
+
+    def run_training(self, train, model, optimizer, progress: Progress):
+        if not self.elastic:
+            return train()
+        # Horovod: Horovod Elastic, as its examples run it. hvd.elastic.run runs the loop; a failed collective
+        # (HorovodInternalError) rolls the TorchState back to its last commit() (model, optimizer, and the trainer's
+        # place beside them), re-initialises Horovod over the hosts left (horovodrun blacklists the failed worker's
+        # host), calls the reset callbacks, broadcasts rank 0's state and runs the loop again. No process restarts.
+        self._state = hvd.elastic.TorchState(model=model, optimizer=optimizer, place=progress.snapshot())
+        self._progress = progress
+        self._state.register_reset_callbacks([self._reset])
+
+        @hvd.elastic.run
+        def attempt(state):
+            progress.resume(state.place)
+            try:
+                return train()
+            except HorovodInternalError as e:
+                progress.noticed(e)
+                raise
+
+        return attempt(self._state)
+
+    def commit(self) -> None:
+        if getattr(self, "_state", None) is None:
+            return
+        self._state.place = self._progress.snapshot()
+        self._state.commit()  # Horovod: also where a worker learns that hosts were added or removed
+
+    def _reset(self) -> None:
+        """Horovod Elastic re-initialised Horovod over the workers left: this rank's place, and its share of the
+        data, in the world of the new size."""
+        try:
+            self.resized(hvd.rank(), hvd.size(), hvd.local_rank())
+        except ValueError as e:
+            raise UserError(
+                f"Horovod Elastic continued with {hvd.size()} process(es): {e}; distbench keeps the "
+                "global batch, so give one that every size from --min-np to --max-np divides"
+            ) from e
 
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         model = model.to(self.device)

@@ -280,6 +280,12 @@ class RunConfig:
         None, "Save checkpoints here; a run resumes from the one it finds there.", sweep=SET
     )
     checkpoint_every: int = option(100, "Checkpoint every N global steps.", checks=(POSITIVE,))
+    commit_every: int | None = option(
+        None,
+        "Horovod Elastic (horovodrun --min-np/--max-np): commit the state it rolls back to every N global steps "
+        "(default: --checkpoint-every, so that it redoes as many steps as a library restarted from its checkpoint).",
+        checks=(POSITIVE,),
+    )
 
     def with_task_defaults(self, **defaults) -> RunConfig:
         """Fill the options left unset (None) with the task's defaults."""

@@ -54,6 +54,15 @@ class GlobalBatchSampler(Sampler[list[int]]):
     def set_epoch(self, epoch: int, start_step: int = 0) -> None:
         self.epoch, self.start_step = epoch, start_step
 
+    def resplit(self, rank: int, world_size: int) -> None:
+        """The same global batches, split across a world of another size (an elastic library's survivors): from the
+        next iterator on, this rank's share of each."""
+        if self.global_batch_size % world_size:
+            raise ValueError(
+                f"global batch {self.global_batch_size} does not split evenly across the {world_size} ranks left"
+            )
+        self.rank, self.world_size, self.batch_size = rank, world_size, self.global_batch_size // world_size
+
     def __len__(self) -> int:
         return self.n // self.global_batch_size - self.start_step
 
@@ -69,8 +78,12 @@ class EvalShardSampler(Sampler[list[int]]):
     """Batches of this rank's strided share of the test set: every sample once across ranks."""
 
     def __init__(self, n: int, batch_size: int, rank: int = 0, world_size: int = 1):
-        self.indices = list(range(rank, n, world_size))
-        self.batch_size = batch_size
+        self.n, self.batch_size = n, batch_size
+        self.resplit(rank, world_size)
+
+    def resplit(self, rank: int, world_size: int) -> None:
+        """This rank's share in a world of another size (an elastic library's survivors)."""
+        self.indices = list(range(rank, self.n, world_size))
 
     def __len__(self) -> int:
         return (len(self.indices) + self.batch_size - 1) // self.batch_size

@@ -14,10 +14,12 @@ from distbench.errors import UserError
 from distbench.launching.launch import (
     ACCELERATE,
     BY_HAND,
+    HOROVODRUN,
     LAUNCHERS,
     PYTHON,
     TORCHRUN,
     AccelerateLaunch,
+    Horovodrun,
     Launcher,
     Torchrun,
     local_argv,
@@ -37,18 +39,20 @@ def usual_launcher(backend: str) -> Launcher:
 
 
 def restarting_launcher(backend: str, restarts: int) -> Launcher:
-    """The launcher that restarts `backend`'s worker group up to `restarts` times after a failure, as its users run it
-    to continue: accelerate launch's --max_restarts for the Accelerate backends; torchrun's --max-restarts for the
-    others that torchrun starts (DeepSpeed's and Fabric's users restart under torchrun's agent: their own launchers
-    restart nothing). horovodrun restarts nothing (Horovod's way is Horovod Elastic, its own loop): one line."""
-    names = launchers_of(backend)
-    if ACCELERATE in names:
+    """The launcher that continues `backend`'s job after a failure, up to `restarts` times, as its users run it:
+    accelerate launch's --max_restarts for the Accelerate backends; torchrun's --max-restarts for the others that
+    torchrun starts (DeepSpeed's and Fabric's users restart under torchrun's agent: their own launchers restart
+    nothing); horovodrun's elastic form for Horovod (Horovod Elastic: the survivors continue, no restart)."""
+    launchers = launchers_of(backend)
+    if ACCELERATE in launchers:
         return AccelerateLaunch(restarts)
-    if TORCHRUN in names:
+    if TORCHRUN in launchers:
         return Torchrun(restarts)
+    if HOROVODRUN in launchers:
+        return Horovodrun(restarts)
     raise UserError(
-        f"--restarts {restarts}: {backend} has no launcher that restarts its processes "
-        f"({', '.join(launcher.name for launcher in names)}; Horovod's way, Horovod Elastic, is not in distbench yet)"
+        f"--restarts {restarts}: {backend} has no launcher that continues after a failure "
+        f"({', '.join(launcher.name for launcher in launchers)})"
     )
 
 

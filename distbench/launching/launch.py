@@ -159,19 +159,34 @@ class AccelerateLaunch(PerNode):
 
 
 class Horovodrun(Launcher):
-    """horovodrun: one command for every node; it starts the other nodes' processes itself."""
+    """horovodrun: one command for every node; it starts the other nodes' processes itself. With `restarts`, Horovod
+    Elastic: the job continues after a worker fails, over the hosts that the discovery script (`discovery`: its path)
+    lists and horovodrun has not blacklisted (a failed worker's host is), from --max-np processes down to one node's
+    (--min-np), through at most `restarts` resets (--reset-limit)."""
 
     name = process.HOROVODRUN
     several_nodes_note = "(once, on host1)"
+
+    def __init__(self, restarts: int = 0, discovery: str = "./discover_hosts.sh"):
+        self.restarts, self.discovery = restarts, discovery
 
     def commands(self, program, nprocs, hosts=None, port=None):
         # Horovod: one horovodrun for every node; it starts the remote ones (ssh, or directly for a host
         # whose address is this machine's). The port is its own choice.
         if not hosts:
-            return [["horovodrun", "-np", str(nprocs), "python", *program]]
+            return [["horovodrun", "-np", str(nprocs), *self.elastic(nprocs, "N"), "python", *program]]
         total = str(int(nprocs) * len(hosts)) if len(hosts) > 1 else str(nprocs)
+        if self.restarts:  # the discovery script lists the hosts
+            return [["horovodrun", "-np", total, *self.elastic(nprocs, total), "python", *program]]
         slots = ",".join(f"{host}:{nprocs}" for host in hosts)
         return [["horovodrun", "-np", total, "-H", slots, "python", *program]]
+
+    def elastic(self, per_node: int | str, total: str) -> list[str]:
+        """Horovod Elastic's options (none without `restarts`)."""
+        if not self.restarts:
+            return []
+        sizes = ["--min-np", str(per_node), "--max-np", total, "--reset-limit", str(self.restarts)]
+        return [*sizes, "--host-discovery-script", self.discovery]
 
 
 class DeepSpeedLaunch(PerNode):

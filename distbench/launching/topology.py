@@ -19,6 +19,7 @@ cannot inherit a per-node affinity mask. The agents of torchrun and accelerate l
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 import tempfile
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from distbench.errors import UserError
 from distbench.launching.affinity import pin_threads
-from distbench.launching.launch import DEEPSPEED, HOROVODRUN, DeepSpeedLaunch, Launcher, hostfile_lines
+from distbench.launching.launch import DEEPSPEED, DeepSpeedLaunch, Horovodrun, Launcher, hostfile_lines
 from distbench.process import LOOPBACK, LaunchEnv, free_port
 
 NODE_CORES_ENV = "DISTBENCH_NODE_CORES"
@@ -95,7 +96,7 @@ def confine(launch: LaunchEnv, env: Mapping[str, str] = os.environ) -> tuple[int
 def hosts(launcher: Launcher, nodes: int) -> list[str]:
     """The host names of `nodes` simulated nodes for this launcher: loopback for the agents' rendezvous; for
     horovodrun, distinct names (it counts hosts by name) that it runs locally."""
-    if launcher is not HOROVODRUN:
+    if not isinstance(launcher, Horovodrun):
         return [LOOPBACK] * nodes
     if nodes > len(HOROVOD_LOCAL_HOSTS):
         raise UserError(
@@ -130,6 +131,7 @@ def node_launch(
     sim = SimulatedNodes.split(nodes, shared=True)  # nodes that need cores of their own: Executor.check refused
     if launcher is DEEPSPEED:
         launcher = DeepSpeedLaunch(str(deepspeed_hostfile(nodes, nprocs)))
+    launcher = discovering(launcher, addrs or hosts(launcher, nodes), nprocs)
     commands = launcher.commands(program, nprocs, addrs or hosts(launcher, nodes), free_port())
     if len(commands) == nodes:  # one agent per node: the agent (and so its workers) starts on the node's cores
         pairs = zip(commands, sim.node_cores, strict=True)
@@ -144,13 +146,39 @@ def deepspeed_hostfile(nodes: int, nprocs: int) -> Path:
     node's slots under --no_ssh), written once in this machine's temporary folder, which every simulated node
     shares; the same job always reads the same file."""
     path = Path(tempfile.gettempdir()) / "distbench-deepspeed" / f"hostfile-{nodes}x{nprocs}"
-    text = hostfile_lines([f"node{i}" for i in range(nodes)], nprocs)
-    if not path.is_file() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}")
-        partial.write_text(text)
-        partial.replace(path)  # whole or not at all, whoever else writes it
+    _write_once(path, hostfile_lines([f"node{i}" for i in range(nodes)], nprocs))
     return path
+
+
+def discovering(launcher: Launcher, names: list[str], nprocs: int) -> Launcher:
+    """`launcher`, or for Horovod Elastic, horovodrun with a discovery script that lists `names` (nprocs slots each)."""
+    if not isinstance(launcher, Horovodrun) or not launcher.restarts:
+        return launcher
+    return Horovodrun(launcher.restarts, str(horovod_discovery(names, nprocs)))
+
+
+def horovod_discovery(names: list[str], nprocs: int) -> Path:
+    """Horovod Elastic's host discovery script for these hosts (`name:slots` a line, as horovodrun reads them; it runs
+    the script every second), written once in this machine's temporary folder; the same hosts, the same script."""
+    text = "#!/bin/sh\n" + "".join(f"echo {shlex.quote(f'{name}:{nprocs}')}\n" for name in names)
+    path = Path(tempfile.gettempdir()) / "distbench-horovod" / f"discover-{len(names)}x{nprocs}-{_digest(text)}.sh"
+    _write_once(path, text, mode=0o755)
+    return path
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _write_once(path: Path, text: str, mode: int = 0o644) -> None:
+    """`text` at `path`, whole or not at all, whoever else writes it."""
+    if path.is_file() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}")
+    partial.write_text(text)
+    partial.chmod(mode)
+    partial.replace(path)
 
 
 def describe(launch: LaunchEnv, gathered: list[tuple[int, list[int]]], env: Mapping[str, str] = os.environ) -> dict:

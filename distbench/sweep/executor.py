@@ -35,9 +35,10 @@ from distbench.backends import DISTRIBUTED, get_spec
 from distbench.errors import UserError
 from distbench.launching import bridge, link, netns, topology
 from distbench.launching.commands import restarting_launcher, usual_launcher
-from distbench.launching.launch import HOROVODRUN, local_argv, resolve
+from distbench.launching.launch import Horovodrun, Launcher, local_argv, resolve
 from distbench.launching.netns import NodeNetwork
 from distbench.machine import available_cpus
+from distbench.process import LOOPBACK
 from distbench.records import read_records
 from distbench.sweep.configuration import SweepConfig
 
@@ -126,11 +127,13 @@ def launch_config(
     program = program or spec.program(args)
     launcher = restarting_launcher(backend, restarts) if restarts else usual_launcher(backend)
     if nodes == 1:
+        launcher = topology.discovering(launcher, [LOOPBACK], world_size)
         return topology.NodeLaunch([local_argv(launcher, program, world_size)], {})
     if net is None:
         return topology.node_launch(launcher, program, nodes, world_size // nodes)
-    if launcher is HOROVODRUN:  # one horovodrun at the switch; each worker enters its node
-        (argv,) = HOROVODRUN.commands([], world_size // nodes, topology.hosts(HOROVODRUN, nodes))
+    if isinstance(launcher, Horovodrun):  # one horovodrun at the switch; each worker enters its node
+        names, per_node = topology.hosts(launcher, nodes), world_size // nodes
+        (argv,) = topology.discovering(launcher, names, per_node).commands([], per_node, names)
         cores = topology.SimulatedNodes.split(nodes, shared=True).env_value()  # checked: LocalExecutor.check
         started = topology.NodeLaunch(
             [argv[: argv.index("python")] + net.horovod_worker(program)], {topology.NODE_CORES_ENV: cores}
@@ -139,6 +142,16 @@ def launch_config(
         addrs = [netns.node_addr(i) for i in range(nodes)]
         started = topology.node_launch(launcher, program, nodes, world_size // nodes, addrs, net.wrap)
     return topology.NodeLaunch(started.commands, {**started.env, **net.env()})
+
+
+def check_continues(launcher: Launcher, nodes: int) -> None:
+    """One line where `launcher` cannot continue a job of `nodes` simulated nodes after a failure."""
+    if isinstance(launcher, Horovodrun) and nodes < 2:
+        raise UserError(
+            "--restarts with horovod on one node: Horovod Elastic continues on the hosts left after it blacklists the "
+            "failed worker's, and with one there are none (nor can it start elastic on one host without a "
+            "--network-interface); give --nodes 2 or more"
+        )
 
 
 def link_error(config: SweepConfig) -> str | None:
@@ -170,7 +183,7 @@ class LocalExecutor(Executor):
             if (error := link_error(c)) is not None:
                 raise UserError(error)
             if self.restarts and c.backend in DISTRIBUTED:
-                restarting_launcher(c.backend, self.restarts)  # one that restarts: else one line
+                check_continues(restarting_launcher(c.backend, self.restarts), c.nodes)
             if c.nodes > 1:
                 topology.SimulatedNodes.split(c.nodes, shared=emulated)  # a core per node that computes
                 launcher = usual_launcher(c.backend)

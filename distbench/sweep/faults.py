@@ -1,8 +1,9 @@
 """The report's faults section: what each fault a sweep injected (`--fault`, an axis) cost each library, against the
 same configuration without it, paired within rounds.
 
-A faulted run that the library continued (a launcher that restarts the group, from the run's last checkpoint)
-records what the fault cost (training/faults.py: the record's `fault`); one that the library did not continue
+A faulted run that the library continued (a launcher that restarts the group, from the run's last checkpoint; Horovod
+Elastic's survivors, from their last commit, with fewer ranks where the failed worker's host was dropped) records
+what the fault cost (training/faults.py: the record's `fault`); one that the library did not continue
 failed, and what is known is how long the job took to end (the executor's `elapsed_s`). A straggler (`slow`) is a
 fault of every step: what it cost is the step time against the run without it.
 """
@@ -35,7 +36,8 @@ def fault_lines(configs: list[Config]) -> list[str]:
         "rounds: how many runs the library continued past the fault; for those it did not, how long until the job "
         "ended; for those it did, from the fault: when a survivor's collective first failed, when the launcher had "
         "the group running again, when it completed its next step, and the steps trained again (from the last "
-        f"checkpoint); then, paired within rounds ({stats.CI} where there are enough), the median step time and the "
+        "checkpoint, or Horovod Elastic's last commit; `xN after`: it continued with N ranks); then, paired within "
+        f"rounds ({stats.CI} where there are enough), the median step time and the "
         "whole run's useful samples per second of wall time (goodput), each over the run without the fault.",
         "",
         COLUMNS,
@@ -56,13 +58,20 @@ def _row(c: Config, free: Config | None) -> str:
     cells = [
         c.label,
         f"`{c.config.fault}`",
-        f"{len(ok)} of {len(c.runs)}",
+        f"{len(ok)} of {len(c.runs)}{_shrunk(c)}",
         _median(ended),
         *(_median(stats.summarize([field_value(r, f"fault.{k}") for r in ok])) for k in _COSTS),
         _paired(c, free, _step_time),
         _paired(c, free, _goodput),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _shrunk(c: Config) -> str:
+    """Where the library continued with fewer ranks (Horovod Elastic drops the failed worker's host): how many."""
+    after = sorted({a for r in c.ok if (a := field_value(r, "fault.world_size_after")) is not None})
+    shrunk = [a for a in after if a != c.config.world_size]
+    return f" (x{'/'.join(map(str, shrunk))} after)" if shrunk else ""
 
 
 _COSTS = ("first_noticed_s", "restarted_s", "recovered_s", "steps_redone")

@@ -77,16 +77,24 @@ class Injector:
         self.fault = fault if fault is not None and fault.rank == rank and not met else None
         self.rank, self.restart_count, self.events = rank, restart_count, events
         self.first_step_said = False
+        self.rollbacks = 0  # of the loop in this process (Horovod Elastic continues in the survivors)
+
+    def rejoined(self, rank: int) -> None:
+        """The loop starts again in this process, rolled back, as `rank` of the world that survived."""
+        self.rank, self.rollbacks, self.first_step_said = rank, self.rollbacks + 1, False
 
     def started(self, resumed_from: int) -> None:
         """At the attempt's start (rank 0): when its process was made, and the step it resumes from. A run that
         starts from step 0 on its first attempt starts the events afresh."""
         if self.rank != 0:
             return
-        if resumed_from == 0 and self.restart_count == 0 and self.events.path is not None:
+        fresh = self.restart_count == 0 and self.rollbacks == 0
+        if resumed_from == 0 and fresh and self.events.path is not None:
             self.events.path.unlink(missing_ok=True)
-        started = process_start_unix()  # to the clock tick (psutil's create_time can be 1 s off)
-        self.events.add("attempt", restart=self.restart_count, started=started, resumed_from=resumed_from)
+        # to the clock tick (psutil's create_time can be 1 s off); after a rollback in this process: now
+        started = process_start_unix() if self.rollbacks == 0 else time.time()
+        attempt = self.restart_count + self.rollbacks
+        self.events.add("attempt", restart=attempt, started=started, resumed_from=resumed_from)
 
     def computed(self, seconds: float) -> None:
         """After a step's forward and backward, which took `seconds` of its `clock`: a straggler waits out its
@@ -99,7 +107,7 @@ class Injector:
         a hang at this step happens."""
         if self.rank == 0 and not self.first_step_said:
             self.first_step_said = True
-            self.events.add("first_step", restart=self.restart_count, step=step)
+            self.events.add("first_step", restart=self.restart_count + self.rollbacks, step=step)
         fault = self.fault
         if fault is None or fault.kind == "slow" or fault.step != step:
             return
@@ -111,7 +119,9 @@ class Injector:
 
     def noticed(self, error: BaseException) -> None:
         """A survivor's collective failed (the fault's rank is gone or silent): when it knew."""
-        self.events.add("noticed", rank=self.rank, restart=self.restart_count, error=type(error).__name__)
+        self.events.add(
+            "noticed", rank=self.rank, restart=self.restart_count + self.rollbacks, error=type(error).__name__
+        )
 
 
 WATCHDOG_GRACE_S = 15  # past --timeout-s: the library's own timeout acts first where it has one

@@ -10,6 +10,7 @@ puts the named parts together: `build` (model, optimizer, loaders, scheduler), `
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 from dataclasses import dataclass, replace
@@ -202,6 +203,8 @@ class Trainer:
         on_cpu = backend.device.type == "cpu" and not hasattr(task, "emulation")  # computed here: a straggler's clock
         self.injector = faults.Injector(cfg.fault, backend.rank, backend.launch.restart_count, self.events, on_cpu)
         self.watchdog = faults.Watchdog(cfg.timeout_s + faults.WATCHDOG_GRACE_S, backend.rank, self.events)
+        self.commit_every = cfg.commit_every or cfg.checkpoint_every  # Horovod Elastic's rollback point
+        self.attempts = 0  # of the loop in this process: more than one after an elastic library's rollback
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         parts = self.parts
@@ -233,6 +236,29 @@ class Trainer:
             "model, optimizer, step and data order continue; each rank's random stream (dropout) starts afresh"
         )
 
+    def snapshot(self) -> dict:
+        """The place an elastic library rolls back to (backends.base.Progress; a collective): the step, the loss
+        history (this rank's losses folded into it) and the scheduler."""
+        self.prior_losses, self.losses = self.loss_history(), []
+        scheduler = self.parts.scheduler
+        state = copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None
+        return {"step": self.step, "losses": tuple(self.prior_losses), "scheduler": state}
+
+    def resume(self, place: dict) -> None:
+        """Continue from a snapshot, at each attempt of the loop in this process; after a rollback, the fault
+        injector is told this rank's place in the world of the new size. Each rank's random stream (dropout's)
+        goes on: a survivor's is not rolled back."""
+        if self.attempts:
+            self.injector.rejoined(self.backend.rank)
+            self.reporter.main_is(self.backend.is_main)
+        self.attempts += 1
+        self.step, self.prior_losses, self.losses = place["step"], list(place["losses"]), []
+        if self.parts.scheduler is not None and place["scheduler"] is not None:
+            self.parts.scheduler.load_state_dict(place["scheduler"])
+
+    def noticed(self, error: BaseException) -> None:
+        self.injector.noticed(error)
+
     def loss_history(self) -> list[float]:
         """The global mean loss of every step so far (a collective: every rank calls it)."""
         if not self.losses:
@@ -263,7 +289,10 @@ class Trainer:
     def fault_costs(self) -> dict | None:
         """The record's `fault` (training/faults.py), from the events this run kept (none without --checkpoint-dir)."""
         samples, kept = self.step * self.cfg.batch_size, self.events.path is not None
-        return faults.costs(self.cfg.fault, self.events.read(), time.time(), samples, kept)
+        costs = faults.costs(self.cfg.fault, self.events.read(), time.time(), samples, kept)
+        if costs is not None:
+            costs["world_size_after"] = self.backend.world_size  # fewer where an elastic library shrank the job
+        return costs
 
     def compute_counts(self) -> dict:
         """The model's FLOPs over the first micro-batch, its samples and tokens (training/flops.py; none trained: a run
@@ -334,7 +363,9 @@ class Trainer:
             if self.checkpointer.due(self.step):
                 with self.watchdog.held():
                     self.checkpointer.save(self.step, self.loss_history())
-            self.injector.stepped(self.step)  # --fault kill, hang: after this step's checkpoint
+            if self.step % self.commit_every == 0:
+                backend.commit()  # Horovod Elastic's rollback point (nothing under the other libraries)
+            self.injector.stepped(self.step)  # --fault kill, hang: after this step's checkpoint and commit
 
     def evaluate(self, epoch: int, timer: StepTimer) -> dict:
         with timer.excluded() as span, self.watchdog.held():
@@ -346,7 +377,12 @@ class Trainer:
         return ev
 
     def train(self) -> tuple[StepTimer, list[dict]]:
-        """Train to the last step, evaluating after each epoch where asked and always at the end."""
+        """Train to the last step, evaluating after each epoch where asked and always at the end; the backend runs
+        the loop (again after a rollback, where its library continues in the processes that survive a failure)."""
+        return self.backend.run_training(self.train_from_step, self.parts.model, self.parts.optimizer, self)
+
+    def train_from_step(self) -> tuple[StepTimer, list[dict]]:
+        """The loop from this trainer's step: the step timer and evaluations of this attempt."""
         parts, cfg = self.parts, self.cfg
         start_step = self.step
         n_epochs = math.ceil(parts.total_steps / parts.steps_per_epoch)

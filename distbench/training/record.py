@@ -199,18 +199,18 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
         "schema_version": SCHEMA_VERSION,
         "backend": backend.name,
         "task": run.task,
-        "world_size": backend.world_size,
+        "world_size": backend.launch.world_size,  # as launched (fault.world_size_after: after an elastic shrink)
         "nodes": topo["nodes"],  # as the processes found them (topology), the sweep's axis
         "threads_per_process": cfg.threads,  # the sweep's axis (also in environment)
         "global_batch_size": cfg.batch_size,
-        "per_rank_batch_size": cfg.batch_size // backend.world_size,
+        "per_rank_batch_size": cfg.batch_size // backend.launch.world_size,
         "seed": cfg.seed,
         "steps": run.steps,
         "resumed_from_step": run.steps - timer.steps,
         "steps_per_epoch": run.steps_per_epoch,
         "epochs": round(run.steps / run.steps_per_epoch, 4),
         "accumulate": cfg.accumulate,
-        "micro_batch_size": cfg.batch_size // (backend.world_size * cfg.accumulate),
+        "micro_batch_size": cfg.batch_size // (backend.launch.world_size * cfg.accumulate),
         "grad_compression": cfg.grad_compression,
         **(summary := undilated(timer.summary(cfg.batch_size), cfg.dilation)),
         **compute_figures(run, timer, summary["samples_per_sec"]),

@@ -18,9 +18,13 @@ from distbench.tasks.emulated import host_bound_said
 
 class Reporter:
     def __init__(self, is_main: bool, progress: bool = True):
-        self.is_main = is_main
+        self.is_main, self.wants_progress = is_main, progress
         self.progress = progress and is_main
         self._bar: tqdm | None = None
+
+    def main_is(self, is_main: bool) -> None:
+        """This process became (or stopped being) the main one: an elastic library renumbered the survivors."""
+        self.is_main, self.progress = is_main, self.wants_progress and is_main
 
     def info(self, message: str) -> None:
         if self.is_main:

@@ -86,34 +86,44 @@ def _assert_same_run(rec, straight):
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(600)
-def test_a_sweep_restarts_each_library_past_a_killed_rank_and_reports_what_it_cost(tmp_path, straight_run):
-    """`compare --restarts 1 --fault kill:1@15`: ddp under torchrun's agent (--max-restarts, a c10d rendezvous) and
-    accelerate under accelerate launch (--max_restarts: torchrun's agent with its static rendezvous), each run
-    checkpointing into a folder of its own; each restarted once, from step 10, and ends on ddp's uninterrupted run
-    bit for bit (the restarted group connects at once, though the failed round's keys are still in the agent's store:
-    distbench/torchelastic.py). The records say what the kill cost; so does the report's Faults section."""
+def test_a_sweep_continues_each_library_past_a_killed_rank_and_reports_what_it_cost(tmp_path):
+    """`compare --restarts 1 --fault none,kill:1@15` on 2 simulated nodes: ddp under torchrun's agents (--max-restarts,
+    a c10d rendezvous: node 1's agent restarts its worker, node 0's joins the new round), accelerate under accelerate
+    launch (--max_restarts), horovod under horovodrun's elastic form (Horovod Elastic: rank 0 survives, rolls back to
+    its commit at step 10 and continues alone: the host of the killed rank is blacklisted). Each run checkpoints into a
+    folder of its own. Each continued run ends on its fault-free run of the same sweep: bit for bit where the group
+    restarted from its checkpoint; within float tolerance after Horovod's shrink (the global batch kept, split over
+    fewer ranks; dropout off). The records say what the kill cost; so does the report's Faults section."""
     out = tmp_path / "sweep"
     cmd = py(
-        f"run.py compare --backends ddp,accelerate --nprocs 2 --threads 1 --max-steps 30 --timeout-s {TIMEOUT_S} "
-        "--checkpoint-every 10 --restarts 1 --fault kill:1@15 --out",
+        f"run.py compare --backends ddp,accelerate,horovod --nprocs 1 --nodes 2 --threads 1 --max-steps 30 "
+        f"--timeout-s {TIMEOUT_S} --dropout 0 --checkpoint-every 10 --restarts 1 --fault none,kill:1@15 --out",
         out,
     )
     run_in(tmp_path, cmd, timeout=500)
-    restarted = [r for r in read_records(out / "results.jsonl") if r["backend"] != "single"]
-    assert sorted(r["backend"] for r in restarted) == ["accelerate", "ddp"]
-    for rec in restarted:
-        assert (rec["status"], rec["launcher_restarts"], rec["resumed_from_step"]) == ("ok", 1, 10), rec.get("error")
-        _assert_same_run(rec, straight_run)
+    records = read_records(out / "results.jsonl")
+    runs = {(r["backend"], r["config"]["fault"]): r for r in records if r["backend"] != "single"}
+    assert sorted(runs) == [(b, f) for b in ("accelerate", "ddp", "horovod") for f in ("kill:1@15", "none")]
+    for backend in ("ddp", "accelerate", "horovod"):
+        rec, free = runs[backend, "kill:1@15"], runs[backend, "none"]
+        assert (rec["status"], rec["resumed_from_step"], rec["steps"]) == ("ok", 10, 30), rec.get("error")
         cost = rec["fault"]  # from the events in the run's checkpoint folder (training/faults.py)
-        print(f"{rec['backend']}: {cost}")
+        print(f"{backend}: {cost}")
         assert (cost["spec"], cost["met"], cost["attempts"], cost["steps_redone"]) == ("kill:1@15", True, 2, 5)
         assert 0 <= cost["restarted_s"] < cost["recovered_s"] < TIMEOUT_S
         assert cost["first_noticed_s"] is None or cost["first_noticed_s"] <= cost["recovered_s"]
         assert cost["goodput_samples_per_sec"] < rec["samples_per_sec"]  # the whole run's wall, the lost steps in it
-    assert "--max-restarts=1" in next(r["command"] for r in restarted if r["backend"] == "ddp")
+        assert cost["world_size_after"] == (1 if backend == "horovod" else 2)
+        if backend == "horovod":
+            assert max(abs(a - b) for a, b in zip(rec["loss_history"], free["loss_history"], strict=True)) < 1e-4
+            assert abs(rec["param_checksum"] / free["param_checksum"] - 1) < 1e-5
+        else:
+            assert (rec["loss_history"], rec["param_checksum"]) == (free["loss_history"], free["param_checksum"])
+    assert "--max-restarts=1" in runs["ddp", "kill:1@15"]["command"]
+    assert "--host-discovery-script" in runs["horovod", "kill:1@15"]["command"]
     assert not list((out / "runs").glob("*.ckpt"))  # the folders the restarts needed, removed
     report = (out / "report.md").read_text()
-    assert "## Faults" in report and "| ddp x2 | `kill:1@15` | 1 of 1 | — |" in report
+    assert "## Faults" in report and "| horovod x2 fault kill:1@15 | `kill:1@15` | 1 of 1 (x1 after) |" in report
 
 
 @pytest.mark.multiproc

@@ -1,6 +1,8 @@
 """`--fault`: its grammar and checks, the events a run keeps, and what a fault cost, from those events (the real
 faults under the launchers: tests/multiproc/test_reliability.py)."""
 
+import time
+
 import pytest
 
 from distbench.config import Fault, RunConfig, parse_fault, validate
@@ -149,3 +151,21 @@ def test_the_watchdog_ends_a_stalled_process_with_one_line_and_an_event(tmp_path
     assert proc.stderr.startswith("error: rank 0: no training step completed in 1 s (--timeout-s + 15 s)")
     assert len(proc.stderr.splitlines()) == 1
     assert [e["error"] for e in faults.Events(tmp_path).read() if e["event"] == "noticed"] == ["distbench watchdog"]
+
+
+def test_a_rollback_in_the_same_process_is_an_attempt_of_its_own(tmp_path):
+    """Horovod Elastic's survivors roll back without a restart: the loop's next start is an attempt (started when
+    the rollback was done, from the committed step), said by whichever survivor is rank 0 now."""
+    events = faults.Events(tmp_path)
+    first, survivor = faults.Injector("kill:0@12", 0, 0, events), faults.Injector("kill:0@12", 1, 0, events)
+    first.started(resumed_from=0)
+    events.add("fault", kind="kill", rank=0, step=12)
+    survivor.rejoined(0)  # rank 0 died: rank 1 is rank 0 of the world left
+    before = time.time()
+    survivor.started(resumed_from=10)
+    survivor.stepped(11)
+    attempts = [e for e in events.read() if e["event"] == "attempt"]
+    assert [(a["restart"], a["resumed_from"]) for a in attempts] == [(0, 0), (1, 10)]
+    assert attempts[1]["started"] >= before  # not its process's start
+    cost = faults.costs("kill:0@12", events.read(), time.time(), 30 * 64)
+    assert (cost["attempts"], cost["steps_redone"]) == (2, 2) and 0 <= cost["restarted_s"] <= cost["recovered_s"]

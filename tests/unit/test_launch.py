@@ -2,6 +2,7 @@
 backend's launch commands as its registry entry names them (distbench/launching/commands.py)."""
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -159,3 +160,33 @@ def test_default_threads_follow_the_cpus_this_process_may_use(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {2, 3, 4, 5}, raising=False)
     assert machine.default_threads(1) == 4 and machine.default_threads(2) == 2 and machine.default_threads(8) == 1
+
+
+def test_each_library_continues_after_a_failure_under_its_own_launcher(tmp_path, monkeypatch):
+    """compare --restarts: torchrun's and accelerate launch's agents restart the group; horovodrun runs Horovod
+    Elastic, over the hosts its discovery script lists (a script distbench writes once per host list), from one
+    node's processes to every node's; on one node it cannot continue (its one host is blacklisted): one line."""
+    from distbench.launching import topology
+    from distbench.launching.commands import restarting_launcher
+    from distbench.sweep.executor import check_continues
+
+    assert "--max-restarts=2" in restarting_launcher("ddp", 2).commands(["run.py"], 2, ["127.0.0.1"], 29400)[0]
+    assert "--max_restarts" in restarting_launcher("accelerate", 2).commands(["run.py"], 2, ["127.0.0.1"], 29400)[0]
+    monkeypatch.setattr(topology.tempfile, "gettempdir", lambda: str(tmp_path))
+    hosts = list(topology.HOROVOD_LOCAL_HOSTS)
+    horovod = topology.discovering(restarting_launcher("horovod", 2), hosts, 2)
+    (argv,) = horovod.commands(["run.py"], 2, hosts)
+    said = dict(zip(argv[1:-2:2], argv[2:-2:2], strict=True))
+    assert said == {
+        "-np": "4",
+        "--min-np": "2",
+        "--max-np": "4",
+        "--reset-limit": "2",
+        "--host-discovery-script": horovod.discovery,
+    }
+    script = subprocess.run([horovod.discovery], capture_output=True, text=True, check=True).stdout
+    assert script.split() == ["localhost:2", "127.0.0.1:2"]
+    assert topology.discovering(restarting_launcher("horovod", 2), hosts, 2).discovery == horovod.discovery
+    check_continues(horovod, 2)
+    with pytest.raises(UserError, match=r"^--restarts with horovod on one node: .* give --nodes 2 or more$"):
+        check_continues(horovod, 1)

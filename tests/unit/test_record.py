@@ -67,7 +67,9 @@ def test_the_record_is_built_from_the_value_training_left(monkeypatch):
 
     assert not [m for _, m in imported((ROOT / "distbench/training/record.py").read_text(), set()) if "loop" in m]
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    launch = types.SimpleNamespace(launcher="python", node_rank=0, nodes=1, local_world_size=1, restart_count=0)
+    launch = types.SimpleNamespace(
+        launcher="python", node_rank=0, nodes=1, local_world_size=1, restart_count=0, world_size=1
+    )
     backend = SingleBackend(launch)
     model = ConvNet()
     run = record.RunResult(

@@ -69,3 +69,20 @@ def test_micro_batches_cut_every_part_of_a_batch():
     assert micro_batches((x, y), 1)[0] is not None and len(micro_batches((x, y), 1)) == 1
     with pytest.raises(ValueError, match="does not split into 3 equal micro-batches"):
         micro_batches(y, 3)
+
+
+def test_a_world_that_shrinks_splits_the_same_global_batches_over_the_ranks_left():
+    """Horovod Elastic's survivors (backends.base.Backend.resized): the global batch is kept, each rank's share of it
+    grows; the test set is shared out again, every sample once."""
+    samplers = [GlobalBatchSampler(120, 12, r, 4, seed=3) for r in range(4)]
+    reference = list(GlobalBatchSampler(120, 12, 0, 1, seed=3))
+    for rank, s in enumerate(samplers[:2]):
+        s.resplit(rank, 2)
+        s.set_epoch(0, start_step=3)
+    assert [a + b for a, b in zip(*samplers[:2], strict=True)] == reference[3:]
+    with pytest.raises(ValueError, match="does not split evenly across the 5 ranks left"):
+        samplers[0].resplit(0, 5)
+    shards = [EvalShardSampler(10, 4, r, 3) for r in range(3)]
+    for rank, s in enumerate(shards[:2]):
+        s.resplit(rank, 2)
+    assert sorted(i for s in shards[:2] for batch in s for i in batch) == list(range(10))
