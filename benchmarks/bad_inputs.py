@@ -118,6 +118,10 @@ def cases(tmp: Path) -> list[Case]:
             ["--backend", "ddp", "--fault", "kill:2@5"],
             TORCHRUN_2,
         ),
+        Case(
+            "compare --restarts with horovod on one node (Horovod Elastic needs another host)",
+            ["compare", "--backends", "horovod", "--restarts", "1", "--out", str(c)],
+        ),
         Case("an unknown command", ["comapre", "--backends", "ddp"]),
         Case("compare: unknown backend", ["compare", "--backends", "ddp,mpi", "--out", str(c)]),
         Case(

@@ -4,35 +4,34 @@ into docs/faults.md.
     python -m benchmarks.faults restarts [--rounds 3] [--steps 30] [--out docs/faults.md]
     python -m benchmarks.faults straggler [--rounds 3] [--out docs/faults.md]   # run.py compare --fault none,slow:1:3
 
-`restarts`: MNIST at 2 processes, a checkpoint every 10 steps, rank 1 killed (`--fault kill:1@15`) or hung
-(`--fault hang:1@15`, `--timeout-s 20`) after step 15, and the same run without a fault, the libraries alternating
-within each round. Each library under the launcher its users restart a job with, as `compare --restarts 1` starts
-it (launching/commands.restarting_launcher): torchrun's agent with `--max-restarts 1` and a c10d rendezvous (ddp,
-fsdp, deepspeed, fabric: DeepSpeed's and Fabric's own launchers restart nothing), `accelerate launch --max_restarts
-1` (accelerate); horovodrun has no restart (Horovod's is Horovod Elastic, a loop of its own), so its job ends.
-The record's `fault` (training/faults.py) gives what a continued run paid; a run that ended gives how long that
-took.
+`restarts`: MNIST on 2 simulated nodes of one process each, a checkpoint (and Horovod Elastic's commit) every 10
+steps, rank 1 (node 1's) killed (`--fault kill:1@15`) or hung (`--fault hang:1@15`, `--timeout-s 20`) after step 15,
+and the same run without a fault, the libraries alternating within each round. Each library under the launcher its
+users continue a job with, started as `compare --restarts 1 --nodes 2` starts it (sweep/executor.launch_config,
+launching/commands.restarting_launcher): torchrun's agents with `--max-restarts 1` and a c10d rendezvous (ddp, fsdp,
+deepspeed, fabric: DeepSpeed's and Fabric's own launchers restart nothing), `accelerate launch --max_restarts 1`
+(accelerate), horovodrun's elastic form (horovod: Horovod Elastic, the survivor continues alone). The record's
+`fault` (training/faults.py) gives what a continued run paid; a run that ended gives how long that took.
 `straggler`: `run.py compare` of every library at x2 with and without rank 1 computing 3 times as long; its
 report's Faults section.
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from benchmarks.harness import ROOT, child_env, machine, write_section
-from distbench.errors import UserError
-from distbench.launching.commands import command, restarting_launcher
-from distbench.launching.launch import local_argv, resolve
+from distbench.launching.commands import restarting_launcher
+from distbench.launching.launch import resolve
+from distbench.sweep.executor import launch_config, run_one
+from distbench.training.fairness import LOSS_TOLERANCE
 
 LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric", "horovod")
 FAULTS = ("none", "kill:1@15", "hang:1@15")
@@ -43,31 +42,32 @@ STRAGGLER_DIR = ROOT / "docs" / "results" / "faults" / "straggler"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
-def restarting(backend: str, args: list[str]) -> tuple[str, list[str]]:
-    """The launcher that restarts `backend`'s job (what `compare --restarts 1` starts it with), in words, and its
-    command for 2 processes on this machine; horovodrun's own where there is none."""
-    try:
-        launcher = restarting_launcher(backend, 1)
-    except UserError:
-        return "horovodrun (no restart)", command(backend, 2, args)
-    said = {"torchrun": "torchrun --max-restarts 1 (c10d)", "accelerate launch": "accelerate launch --max_restarts 1"}
-    return said[launcher.name], resolve(local_argv(launcher, ["run.py", "--backend", backend, *args], 2))
+LAUNCHERS = {
+    "torchrun": "torchrun --max-restarts 1 (c10d)",
+    "accelerate launch": "accelerate launch --max_restarts 1",
+    "horovodrun": "horovodrun --min-np 1 --max-np 2 (Horovod Elastic)",
+}
 
 
 def one_run(backend: str, fault: str, steps: int, folder: Path) -> dict:
-    """One run: its record (or how long until its job ended, failed), with the launcher's name."""
+    """One run on 2 simulated nodes under the launcher that continues it: its record (or how long until its job
+    ended, failed), with the launcher in words."""
     out, ckpt = folder / f"{backend}-{fault}.json", folder / f"{backend}-{fault}-ckpt"
     timeout = HANG_TIMEOUT_S if fault.startswith("hang") else 60
     args = ["--max-steps", str(steps), "--threads", "1", "--dropout", "0", "--no-progress", "--timeout-s", str(timeout)]
     args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--fault", fault, "--output", str(out)]
-    launcher, cmd = restarting(backend, args)
-    t0 = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=timeout + 240)
-    ended = time.time() - t0
-    if proc.returncode != 0 or not out.is_file():
-        return {"backend": backend, "fault": fault, "launcher": launcher, "ok": False, "ended_s": ended}
-    rec = json.loads(out.read_text())
-    return {"backend": backend, "fault": fault, "launcher": launcher, "ok": True, "ended_s": ended, "record": rec}
+    launch = launch_config(backend, 2, 2, args, restarts=1)
+    launcher = LAUNCHERS[restarting_launcher(backend, 1).name]
+    rec = run_one(
+        [resolve(c) for c in launch.commands],
+        out,
+        timeout + 240,
+        folder / f"{backend}-{fault}.log",
+        {**child_env(), **launch.env},
+        continues=True,
+    )
+    run = {"backend": backend, "fault": fault, "launcher": launcher, "ok": rec["status"] == "ok"}
+    return {**run, "ended_s": rec["elapsed_s"], **({"record": rec} if run["ok"] else {})}
 
 
 @app.command()
@@ -105,10 +105,13 @@ def restart_table(runs: list[dict], rounds: int, steps: int, libraries: list[str
         f"Produced by `python -m benchmarks.faults restarts --rounds {rounds} --steps {steps}"
         + (f" --libraries {','.join(libraries)}" if tuple(libraries) != LIBRARIES else "")
         + f"` on {machine()}: "
-        "MNIST at 2 processes, one thread each, dropout off, a checkpoint every 10 steps, rank 1 killed or hung "
-        f"after step 15 (hung: `--timeout-s {HANG_TIMEOUT_S}`); medians over the rounds (min-max), from the fault. "
-        "Goodput: useful samples per second of the whole run, over the same library's run without a fault in the "
-        "same round. Same run: the faulted run's final parameters and loss history equal the fault-free run's."
+        "MNIST on 2 simulated nodes of one process each (one thread, dropout off), a checkpoint (Horovod Elastic: a "
+        f"commit) every 10 steps, rank 1 killed or hung after step 15 (hung: `--timeout-s {HANG_TIMEOUT_S}`); "
+        "medians over the rounds (min-max), from the fault. Goodput: useful samples per second of the whole run, "
+        "over the same library's run without a fault in the same round. Same run: the faulted run's loss history "
+        "and final parameters equal the fault-free run's (bit for bit, or within float tolerance: every step's loss "
+        f"within {LOSS_TOLERANCE:g}, the parameters' checksum within 1e-5 of it, where the job continued with fewer "
+        "ranks, the same global batch split over them)."
     )
     lines = [SECTION, "", head, ""]
     lines += [
@@ -134,6 +137,7 @@ def _row(backend: str, fault: str, mine: list[dict], free: dict[int, dict]) -> s
         if r["round"] in free
     ]
     same = [_same(r["record"], free[r["round"]]["record"]) for r in ok if r["round"] in free]
+    how = " (bit for bit)" if same and all(s == "bit" for s in same) else ""
     cells = [
         backend,
         mine[0]["launcher"] if mine else "—",
@@ -142,7 +146,7 @@ def _row(backend: str, fault: str, mine: list[dict], free: dict[int, dict]) -> s
         _spread(ended),
         *(_spread([c[k] for c in costs if c.get(k) is not None], spec) for k, spec in _COSTS.items()),
         _spread(goodput, ".2f"),
-        f"{sum(same)} of {len(same)}" if same else "—",
+        f"{sum(bool(s) for s in same)} of {len(same)}{how}" if same else "—",
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -154,8 +158,15 @@ def _goodput(rec: dict) -> float:
     return rec["steps"] * rec["global_batch_size"] / rec["wall_time_s"]
 
 
-def _same(a: dict, b: dict) -> bool:
-    return a["param_checksum"] == b["param_checksum"] and a["loss_history"] == b["loss_history"]
+def _same(a: dict, b: dict) -> str:
+    """ "bit" (the same run bit for bit), "close" (within float tolerance) or "" (not the same run)."""
+    if a["param_checksum"] == b["param_checksum"] and a["loss_history"] == b["loss_history"]:
+        return "bit"
+    steps = len(a["loss_history"]) == len(b["loss_history"])
+    losses = (
+        steps and max(abs(x - y) for x, y in zip(a["loss_history"], b["loss_history"], strict=True)) < LOSS_TOLERANCE
+    )
+    return "close" if losses and abs(a["param_checksum"] / b["param_checksum"] - 1) < 1e-5 else ""
 
 
 def _spread(values: list[float], spec: str = ".1f") -> str:

@@ -63,8 +63,8 @@ class Check:
 
 # --fault's values (the injection and what a fault cost: training/faults.py)
 NO_FAULT = "none"
-FAULT_FORMS = "none, kill:RANK@STEP, hang:RANK@STEP or slow:RANK:FACTOR (FACTOR above 1)"
-_AT_STEP = re.compile(r"(kill|hang):(\d+)@(\d+)")
+FAULT_FORMS = "none, kill:RANK@STEP, kill-node:NODE@STEP, hang:RANK@STEP or slow:RANK:FACTOR (FACTOR above 1)"
+_AT_STEP = re.compile(r"(kill|kill-node|hang):(\d+)@(\d+)")
 _SLOW = re.compile(r"slow:(\d+):(\d+(?:\.\d+)?)")
 
 
@@ -72,8 +72,8 @@ _SLOW = re.compile(r"slow:(\d+):(\d+(?:\.\d+)?)")
 class Fault:
     """One `--fault`, parsed."""
 
-    kind: str  # kill, hang, slow
-    rank: int
+    kind: str  # kill, kill-node, hang, slow
+    rank: int  # the rank it happens on; kill-node: the node (every process of it)
     step: int = 0  # kill, hang: after this global step
     factor: float = 1.0  # slow: how much longer the rank computes
 
@@ -246,7 +246,8 @@ class RunConfig:
     fault: str = option(
         NO_FAULT,
         "Inject a fault, once per run (training/faults.py): kill:RANK@STEP (the rank SIGKILLs itself after that "
-        "step), hang:RANK@STEP (it stops at that step, alive: only --timeout-s tells the others), slow:RANK:FACTOR "
+        "step), kill-node:NODE@STEP (every process of the node, its launcher's agent too), hang:RANK@STEP (it stops "
+        "at that step, alive: only --timeout-s tells the others), slow:RANK:FACTOR "
         "(a straggler, computing FACTOR times as long). With --checkpoint-dir, the record says what it cost.",
         checks=(Check(_fault_formed, f"must be {FAULT_FORMS}"),),
         sweep=AXIS,
@@ -385,7 +386,7 @@ def validate(cfg: RunConfig, world_size: int) -> None:
 def _check_fault(text: str | None, world_size: int) -> None:
     """A fault on a rank the job has."""
     fault = parse_fault(text)
-    if fault is not None and fault.rank >= world_size:
+    if fault is not None and fault.kind != "kill-node" and fault.rank >= world_size:
         raise UserError(f"--fault {text}: rank {fault.rank}, but the job has ranks 0 to {world_size - 1}")
 
 

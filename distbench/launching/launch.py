@@ -95,7 +95,8 @@ class Python(Launcher):
 class Torchrun(Launcher):
     """torchrun: an agent on every node; static rendezvous on one node, c10d across several. With `restarts`, the
     agent restarts the worker group up to that many times after a worker fails (`--max-restarts`), meeting at a c10d
-    rendezvous on one node too, as torchrun's elastic form does."""
+    rendezvous on one node too, as torchrun's elastic form does; on several, from one node to all of them
+    (`--nnodes 1:N`), so that the job continues without a node that does not come back."""
 
     name = process.TORCHRUN
     several_nodes_note = "(the same on each machine)"
@@ -112,22 +113,28 @@ class Torchrun(Launcher):
             return [[*agent, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts[0]}:{port}", *program]]
         if len(hosts) == 1:  # torchrun's static rendezvous on the given address
             return [[*agent, "--master_addr", hosts[0], "--master_port", str(port), *program]]
-        # several nodes: one agent per node, meeting at the c10d rendezvous on the first node
-        rendezvous = ["--nnodes", str(len(hosts)), "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts[0]}:{port}"]
+        # several nodes: one agent per node, meeting at the c10d rendezvous on the first node; restarting, down to
+        # one node (--nnodes 1:N, torchrun's elastic form): a node that does not come back shrinks the job
+        nnodes = f"1:{len(hosts)}" if self.restarts else str(len(hosts))
+        rendezvous = ["--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{hosts[0]}:{port}"]
         return [[*agent, *rendezvous, *_rendezvous_host(hosts, i), *program] for i in range(len(hosts))]
 
 
 def _rendezvous_host(hosts: list, i: int) -> list[str]:
     """torchrun finds the agent that serves the c10d store by matching the endpoint to its machine's host name, and
-    tells the workers the store's address by that name; a node whose name does not resolve to its link's address (a
-    simulated node in a network namespace of its own) is told both: the first node hosts, the others do not, and
-    each node's address is its own (--local-addr). Where every node is one address (loopback), the names stand."""
-    distinct = len(set(hosts)) == len(hosts)
+    tells the workers the store's address by that name; simulated nodes are told which: the first, as on a cluster
+    whose endpoint is its first node. Where every node is one address (loopback), every agent would match, and the
+    one that bound the port first would serve the store: a node that went down could take it with it. A node whose
+    name does not resolve to its link's address (in a network namespace of its own) is told its address besides
+    (--local-addr). Host names (the help's form) stand."""
     try:
         addresses = all(ipaddress.ip_address(h) for h in hosts)
     except ValueError:
-        addresses = False
-    return ["--rdzv-conf", f"is_host={int(i == 0)}", "--local-addr", hosts[i]] if distinct and addresses else []
+        return []
+    if not addresses:
+        return []
+    host = ["--rdzv-conf", f"is_host={int(i == 0)}"]
+    return [*host, "--local-addr", hosts[i]] if len(set(hosts)) == len(hosts) else host
 
 
 class AccelerateLaunch(PerNode):

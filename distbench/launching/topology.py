@@ -83,6 +83,12 @@ def confine(launch: LaunchEnv, env: Mapping[str, str] = os.environ) -> tuple[int
     if not value:
         return None
     sim = SimulatedNodes.parse(value)
+    if launch.restart_count > 0 and launch.nodes < sim.nodes:
+        # a job that continued without a node (torchrun's --nnodes 1:N): the node ranks were given anew, and this
+        # process's node is the one whose cores its agent was started on (taskset), which it inherited
+        cores = tuple(sorted(os.sched_getaffinity(0)))
+        pin_threads(list(cores))
+        return cores
     if sim.nodes != launch.nodes or not 0 <= launch.node_rank < sim.nodes:
         raise UserError(
             f"{NODE_CORES_ENV} describes {sim.nodes} simulated node(s), but {launch.launcher} started "

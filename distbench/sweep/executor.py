@@ -68,6 +68,7 @@ class Started:
     env: dict[str, str]
     shown: str
     stop: Callable[[], None] | None = None
+    continues: bool = False  # its launchers continue without a node that is lost (compare --restarts): wait_all
 
 
 class Executor(ABC):
@@ -105,7 +106,7 @@ class Executor(ABC):
         `log`, stopped past `timeout_s`: its record, or a failure record whose last line is the cause; either with
         the command that started it."""
         with self.start(config, args, program) as started:
-            record = run_one(started.commands, out_json, timeout_s, log, started.env, started.stop)
+            record = run_one(started.commands, out_json, timeout_s, log, started.env, started.stop, started.continues)
         record["command"] = started.shown
         return self.add_facts(record, config)
 
@@ -228,7 +229,8 @@ class LocalExecutor(Executor):
         with self.links(config) as net:
             restarts = self.restarts if config.backend in DISTRIBUTED else 0
             launch = launch_config(config.backend, config.world_size, config.nodes, args, program, net, restarts)
-            yield Started([resolve(c) for c in launch.commands], launch.env, launch.shell())
+            shown = launch.shell()
+            yield Started([resolve(c) for c in launch.commands], launch.env, shown, continues=restarts > 0)
 
     def run_attached(self, config: SweepConfig, args: list[str], timeout_s: float) -> int:
         """One job in the foreground, its output to this terminal: its exit code. Past the timeout its processes are
@@ -272,15 +274,18 @@ def kill_group(proc: subprocess.Popen) -> None:
 PEER_GRACE_S = 30  # after one agent of a multi-node run fails, how long the others get to fail on their own
 
 
-def wait_all(procs: list[subprocess.Popen], timeout_s: float) -> int:
+def wait_all(procs: list[subprocess.Popen], timeout_s: float, continues: bool = False) -> int:
     """Wait for every process; the first non-zero exit code, or 0. A process that outlives a failed peer by
-    PEER_GRACE_S (an agent waiting at a rendezvous that will never complete) is stopped."""
+    PEER_GRACE_S (an agent waiting at a rendezvous that will never complete) is stopped. `continues`: the launchers
+    continue without a lost node (torchrun's --nnodes 1:N, Horovod Elastic): a launcher killed with its node
+    (SIGKILL, --fault kill-node) is not the job's failure, and the others get until the timeout."""
     deadline, failed_at = time.monotonic() + timeout_s, None
+    lost = -signal.SIGKILL if continues else None
     while True:
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
-            return next((c for c in codes if c != 0), 0)
-        if failed_at is None and any(c not in (None, 0) for c in codes):
+            return next((c for c in codes if c not in (0, lost)), 0)
+        if failed_at is None and not continues and any(c not in (None, 0) for c in codes):
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
             for p in procs:
@@ -305,10 +310,12 @@ def run_one(
     log_path: Path,
     env: dict[str, str] | None = None,
     stop=None,
+    continues: bool = False,
 ) -> dict:
     """Run one configuration's launcher commands (several: one agent per simulated node) together, with `env`
     added; returns the results record plus `status` and timings, or a failure record. `stop`: what else ends the
-    run's processes on a timeout or Ctrl-C, beyond their process groups here (a scheduler's step)."""
+    run's processes on a timeout or Ctrl-C, beyond their process groups here (a scheduler's step); `continues`:
+    the launchers continue without a lost node (wait_all)."""
     started = time.time()
     with open(log_path, "w", encoding="utf-8") as log:
         procs = []
@@ -328,7 +335,7 @@ def run_one(
             _stop(procs, stop)
             return {"status": "failed", "error": f"cannot start {cmd[0]}: {e.strerror}", "elapsed_s": 0.0}
         try:
-            rc = wait_all(procs, timeout_s)
+            rc = wait_all(procs, timeout_s, continues)
         except subprocess.TimeoutExpired:
             _stop(procs, stop)
             # the cause last, as in every failure record: what the log said before, then why it ended

@@ -4,7 +4,9 @@ A fault is deterministic: one rank, one global step (or every step), on the job'
 launcher that restarts the worker group (torchrun's agent with --max-restarts) runs the next attempt clean:
 
 - `kill:RANK@STEP`: the rank SIGKILLs itself after that step (and its checkpoint, if one was due), as a crashed
-  process or a lost machine: its sockets close, and the other ranks' next collective fails at once;
+  process: its sockets close, and the other ranks' next collective fails at once;
+- `kill-node:NODE@STEP`: every process of the node does, its launcher's agent first (torchrun's, which would
+  otherwise restart them there), as a lost machine: the job continues only without the node;
 - `hang:RANK@STEP`: the rank stops issuing collectives after that step and sleeps, alive and holding its sockets, as
   a wedged device leaves a process: only a collective timeout (`--timeout-s`) tells the others;
 - `slow:RANK:FACTOR`: a straggler: after each step's forward and backward the rank waits FACTOR - 1 times as long
@@ -27,10 +29,14 @@ import time
 from pathlib import Path
 
 from distbench.config import parse_fault
+from distbench.errors import UserError
+from distbench.process import ACCELERATE, DEEPSPEED, FABRIC, TORCHRUN
 from distbench.records import to_json
 from distbench.training.timer import process_start_unix
 
 EVENTS = "events.jsonl"
+# the launchers that run an agent on each node, the parent of its workers (kill-node kills it too)
+AGENTS = (TORCHRUN, ACCELERATE, DEEPSPEED, FABRIC)
 
 
 class Events:
@@ -65,16 +71,24 @@ class Events:
 class Injector:
     """The fault on its rank, on the first attempt; the events of every rank's attempt."""
 
-    def __init__(self, text: str | None, rank: int, restart_count: int, events: Events, on_cpu: bool = True):
+    def __init__(
+        self, text: str | None, rank: int, restart_count: int, events: Events, on_cpu: bool = True, place=None
+    ):
         """`on_cpu`: the rank computes on its CPU (not a device's, not an emulation's waits): a straggler's computation
         is timed by its main thread's CPU time, which a wait for the other ranks' exchange does not advance (DDP's
-        and FSDP's backward waits for it); else by the wall clock, that wait included."""
+        and FSDP's backward waits for it); else by the wall clock, that wait included. `place`: the process's
+        LaunchEnv (its node, and whether a per-node agent started it), for kill-node."""
         self.clock = time.thread_time if on_cpu else time.perf_counter
         fault = parse_fault(text)
+        node, nodes = (place.node_rank, place.nodes) if place is not None else (0, 1)
         # once per run: not again in an attempt that resumed past it (the events say it happened; without a
-        # checkpoint folder to keep them, not again in a restarted group)
+        # checkpoint folder to keep them, not again in a restarted group, which may have fewer nodes)
         met = any(e["event"] == "fault" for e in events.read()) if events.path else restart_count > 0
-        self.fault = fault if fault is not None and fault.rank == rank and not met else None
+        if fault is not None and fault.kind == "kill-node" and fault.rank >= nodes and not met:
+            raise UserError(f"--fault {text}: node {fault.rank}, but the job has nodes 0 to {nodes - 1}")
+        mine = fault is not None and fault.rank == (node if fault.kind == "kill-node" else rank)
+        self.fault = fault if mine and not met else None
+        self.agent = place is not None and place.launcher in AGENTS  # this process's parent restarts its workers
         self.rank, self.restart_count, self.events = rank, restart_count, events
         self.first_step_said = False
         self.rollbacks = 0  # of the loop in this process (Horovod Elastic continues in the survivors)
@@ -83,9 +97,9 @@ class Injector:
         """The loop starts again in this process, rolled back, as `rank` of the world that survived."""
         self.rank, self.rollbacks, self.first_step_said = rank, self.rollbacks + 1, False
 
-    def started(self, resumed_from: int) -> None:
-        """At the attempt's start (rank 0): when its process was made, and the step it resumes from. A run that
-        starts from step 0 on its first attempt starts the events afresh."""
+    def started(self, resumed_from: int, world_size: int = 1, nodes: int = 1) -> None:
+        """At the attempt's start (rank 0): when its process was made, the step it resumes from and the world it runs
+        in. A run that starts from step 0 on its first attempt starts the events afresh."""
         if self.rank != 0:
             return
         fresh = self.restart_count == 0 and self.rollbacks == 0
@@ -94,7 +108,8 @@ class Injector:
         # to the clock tick (psutil's create_time can be 1 s off); after a rollback in this process: now
         started = process_start_unix() if self.rollbacks == 0 else time.time()
         attempt = self.restart_count + self.rollbacks
-        self.events.add("attempt", restart=attempt, started=started, resumed_from=resumed_from)
+        said = {"world_size": world_size, "nodes": nodes}
+        self.events.add("attempt", restart=attempt, started=started, resumed_from=resumed_from, **said)
 
     def computed(self, seconds: float) -> None:
         """After a step's forward and backward, which took `seconds` of its `clock`: a straggler waits out its
@@ -112,7 +127,9 @@ class Injector:
         if fault is None or fault.kind == "slow" or fault.step != step:
             return
         self.events.add("fault", kind=fault.kind, rank=fault.rank, step=step)
-        if fault.kind == "kill":
+        if fault.kind == "kill-node" and self.agent:
+            os.kill(os.getppid(), signal.SIGKILL)  # the node's agent: its parent (taskset and ip netns exec exec it)
+        if fault.kind in ("kill", "kill-node"):
             os.kill(os.getpid(), signal.SIGKILL)
         while True:  # hang: alive, its sockets open, never at another collective; a signal still ends it
             time.sleep(3600)
@@ -171,6 +188,13 @@ class Watchdog:
         os._exit(1)
 
 
+def launched(events: list[dict], world_size: int, nodes: int) -> tuple[int, int]:
+    """The world the run was launched with: its first attempt's (a later one may have fewer nodes or ranks: a job
+    that continued without a node), else this attempt's `world_size` and `nodes`."""
+    first = next((e for e in events if e["event"] == "attempt" and "world_size" in e), None)
+    return (first["world_size"], first["nodes"]) if first else (world_size, nodes)
+
+
 def costs(text: str | None, events: list[dict], now: float, samples: int, kept: bool = True) -> dict | None:
     """The record's `fault`: the fault asked for, and, where the run met it and continued, what it cost: when the
     first survivor noticed, when the launcher had the next attempt running (every survivor gone by then: the
@@ -193,9 +217,8 @@ def costs(text: str | None, events: list[dict], now: float, samples: int, kept: 
     t = met["t"]
     after = [a for a in attempts if a["started"] > t]
     firsts = [e["t"] for e in events if e["event"] == "first_step" and e["t"] > t]
-    noticed = sorted(
-        (e["t"] - t, e["error"]) for e in events if e["event"] == "noticed" and e["t"] > t and e["rank"] != fault.rank
-    )
+    survivor = (lambda e: True) if fault.kind == "kill-node" else (lambda e: e["rank"] != fault.rank)
+    noticed = sorted((e["t"] - t, e["error"]) for e in events if e["event"] == "noticed" and e["t"] > t and survivor(e))
     wall = now - attempts[0]["started"]
     return {
         **said,

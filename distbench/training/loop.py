@@ -201,7 +201,9 @@ class Trainer:
         self.first_micro_batch = None  # its shapes: what the model's FLOPs are counted on (training/flops.py)
         self.events = faults.Events(cfg.checkpoint_dir)
         on_cpu = backend.device.type == "cpu" and not hasattr(task, "emulation")  # computed here: a straggler's clock
-        self.injector = faults.Injector(cfg.fault, backend.rank, backend.launch.restart_count, self.events, on_cpu)
+        self.injector = faults.Injector(
+            cfg.fault, backend.rank, backend.launch.restart_count, self.events, on_cpu, backend.launch
+        )
         self.watchdog = faults.Watchdog(cfg.timeout_s + faults.WATCHDOG_GRACE_S, backend.rank, self.events)
         self.commit_every = cfg.commit_every or cfg.checkpoint_every  # Horovod Elastic's rollback point
         self.attempts = 0  # of the loop in this process: more than one after an elastic library's rollback
@@ -284,6 +286,7 @@ class Trainer:
             compute=self.compute_counts(),
             emulated=self.task.emulation() if hasattr(self.task, "emulation") else None,
             fault=self.fault_costs(),
+            launched=faults.launched(self.events.read(), self.backend.launch.world_size, self.backend.launch.nodes),
         )
 
     def fault_costs(self) -> dict | None:
@@ -291,7 +294,8 @@ class Trainer:
         samples, kept = self.step * self.cfg.batch_size, self.events.path is not None
         costs = faults.costs(self.cfg.fault, self.events.read(), time.time(), samples, kept)
         if costs is not None:
-            costs["world_size_after"] = self.backend.world_size  # fewer where an elastic library shrank the job
+            costs["world_size_after"] = self.backend.world_size  # fewer where the job continued without a node
+            costs["nodes_after"] = self.backend.launch.nodes
         return costs
 
     def compute_counts(self) -> dict:
@@ -393,7 +397,7 @@ class Trainer:
         self.reporter.start(
             parts.total_steps, f"{self.task.name}/{self.backend.name} x{self.backend.world_size}", initial=start_step
         )
-        self.injector.started(start_step)
+        self.injector.started(start_step, self.backend.world_size, self.backend.launch.nodes)
         timer.begin()
         for epoch in range(start_step // parts.steps_per_epoch, n_epochs):
             self.train_epoch(epoch, start_step, timer)

@@ -59,6 +59,7 @@ class RunResult:
     compute: dict  # the model's FLOPs and tokens per sample, and how they were counted (Trainer.compute_counts)
     emulated: dict | None = None  # --emulate: the profile and the waits (emulation/emulator.py); None: computed
     fault: dict | None = None  # --fault: what was asked and, met and survived, what it cost (training/faults.py)
+    launched: tuple[int, int] | None = None  # the world and nodes it was launched with (None: this attempt's)
 
 
 def _version(pkg: str) -> str | None:
@@ -195,22 +196,23 @@ def build_record(run: RunResult, facts: Facts, timer: StepTimer, evals: list[dic
     if first_step is not None:
         facts.startup.mark("first_step", at=first_step)
     topo = topology.describe(backend.launch, placement(backend))
+    world, nodes = run.launched or (backend.launch.world_size, backend.launch.nodes)
     return {
         "schema_version": SCHEMA_VERSION,
         "backend": backend.name,
         "task": run.task,
-        "world_size": backend.launch.world_size,  # as launched (fault.world_size_after: after an elastic shrink)
-        "nodes": topo["nodes"],  # as the processes found them (topology), the sweep's axis
+        "world_size": world,  # as launched (fault.world_size_after: after the job continued without a node)
+        "nodes": nodes,  # as launched (topology: as this attempt's processes found them), the sweep's axis
         "threads_per_process": cfg.threads,  # the sweep's axis (also in environment)
         "global_batch_size": cfg.batch_size,
-        "per_rank_batch_size": cfg.batch_size // backend.launch.world_size,
+        "per_rank_batch_size": cfg.batch_size // world,
         "seed": cfg.seed,
         "steps": run.steps,
         "resumed_from_step": run.steps - timer.steps,
         "steps_per_epoch": run.steps_per_epoch,
         "epochs": round(run.steps / run.steps_per_epoch, 4),
         "accumulate": cfg.accumulate,
-        "micro_batch_size": cfg.batch_size // (backend.launch.world_size * cfg.accumulate),
+        "micro_batch_size": cfg.batch_size // (world * cfg.accumulate),
         "grad_compression": cfg.grad_compression,
         **(summary := undilated(timer.summary(cfg.batch_size), cfg.dilation)),
         **compute_figures(run, timer, summary["samples_per_sec"]),
