@@ -5,7 +5,8 @@ into docs/faults.md.
     python -m benchmarks.faults straggler [--rounds 3] [--out docs/faults.md]   # run.py compare --fault none,slow:1:3
 
 `restarts`: MNIST on 2 simulated nodes of one process each, a checkpoint (and Horovod Elastic's commit) every 10
-steps, rank 1 (node 1's) killed (`--fault kill:1@15`) or hung (`--fault hang:1@15`, `--timeout-s 20`) after step 15,
+steps, rank 1 (node 1's) killed (`--fault kill:1@15`), node 1 lost (`--fault kill-node:1@15`: its agent too) or rank 1
+hung (`--fault hang:1@15`, `--timeout-s 20`) after step 15,
 and the same run without a fault, the libraries alternating within each round. Each library under the launcher its
 users continue a job with, started as `compare --restarts 1 --nodes 2` starts it (sweep/executor.launch_config,
 launching/commands.restarting_launcher): torchrun's agents with `--max-restarts 1` and a c10d rendezvous (ddp, fsdp,
@@ -34,7 +35,7 @@ from distbench.sweep.executor import launch_config, run_one
 from distbench.training.fairness import LOSS_TOLERANCE
 
 LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric", "horovod")
-FAULTS = ("none", "kill:1@15", "hang:1@15")
+FAULTS = ("none", "kill:1@15", "kill-node:1@15", "hang:1@15")
 HANG_TIMEOUT_S = 20
 SECTION = "## What a killed or hung rank costs each library"
 STRAGGLER = "## A straggler"
@@ -106,7 +107,8 @@ def restart_table(runs: list[dict], rounds: int, steps: int, libraries: list[str
         + (f" --libraries {','.join(libraries)}" if tuple(libraries) != LIBRARIES else "")
         + f"` on {machine()}: "
         "MNIST on 2 simulated nodes of one process each (one thread, dropout off), a checkpoint (Horovod Elastic: a "
-        f"commit) every 10 steps, rank 1 killed or hung after step 15 (hung: `--timeout-s {HANG_TIMEOUT_S}`); "
+        "commit) every 10 steps, after step 15 rank 1 killed, node 1 lost (its launcher's agent killed too) or rank 1 "
+        f"hung (hung: `--timeout-s {HANG_TIMEOUT_S}`; else 60); "
         "medians over the rounds (min-max), from the fault. Goodput: useful samples per second of the whole run, "
         "over the same library's run without a fault in the same round. Same run: the faulted run's loss history "
         "and final parameters equal the fault-free run's (bit for bit, or within float tolerance: every step's loss "
@@ -123,7 +125,8 @@ def restart_table(runs: list[dict], rounds: int, steps: int, libraries: list[str
         free = {r["round"]: r for r in runs if (r["backend"], r["fault"], r["ok"]) == (backend, "none", True)}
         for fault in FAULTS[1:]:
             mine = [r for r in runs if (r["backend"], r["fault"]) == (backend, fault)]
-            lines.append(_row(backend, fault, mine, free))
+            if mine:
+                lines.append(_row(backend, fault, mine, free))
     return [*lines, ""]
 
 

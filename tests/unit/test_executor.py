@@ -77,3 +77,19 @@ def test_a_run_that_did_not_run_as_planned_is_a_failure_that_says_how():
     )
     failed = checked(planned, {"status": "failed", "error": "error: it broke"})  # no record of its own: the plan's
     assert (failed["backend"], failed["link_rate"], failed["error"]) == ("ddp", "100mbit", "error: it broke")
+
+
+def test_a_node_lost_on_purpose_is_not_the_failure_of_a_job_that_continues():
+    """wait_all: a launcher killed with its node (SIGKILL: --fault kill-node) fails a job whose launchers cannot
+    continue without it, and not one whose can (compare --restarts): there the others are waited for, not stopped."""
+    import subprocess
+
+    from distbench.sweep.executor import wait_all
+
+    def job():
+        return [subprocess.Popen(["sh", "-c", "kill -9 $$"]), subprocess.Popen(["sh", "-c", "sleep 0.5; exit 0"])]
+
+    assert wait_all(job(), 30, continues=True) == 0
+    assert wait_all(job(), 30) == -9
+    failed = [subprocess.Popen(["sh", "-c", "exit 3"]), subprocess.Popen(["sh", "-c", "sleep 0.5"])]
+    assert wait_all(failed, 30, continues=True) == 3

@@ -190,3 +190,9 @@ def test_a_rollback_in_the_same_process_is_an_attempt_of_its_own(tmp_path):
     assert attempts[1]["started"] >= before  # not its process's start
     cost = faults.costs("kill:0@12", events.read(), time.time(), 30 * 64)
     assert (cost["attempts"], cost["steps_redone"]) == (2, 2) and 0 <= cost["restarted_s"] <= cost["recovered_s"]
+
+
+def test_a_run_that_continued_without_a_node_is_recorded_as_launched():
+    attempt = {"event": "attempt", "world_size": 4, "nodes": 2}
+    assert faults.launched([attempt, {"event": "fault"}, {**attempt, "world_size": 2, "nodes": 1}], 2, 1) == (4, 2)
+    assert faults.launched([attempt], 8, 4) == (8, 4)  # resumed by hand at another size: a run at that size

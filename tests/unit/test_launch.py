@@ -190,3 +190,18 @@ def test_each_library_continues_after_a_failure_under_its_own_launcher(tmp_path,
     check_continues(horovod, 2)
     with pytest.raises(UserError, match=r"^--restarts with horovod on one node: .* give --nodes 2 or more$"):
         check_continues(horovod, 1)
+
+
+def test_simulated_nodes_keep_torchruns_store_on_node_0_and_restarting_ones_may_lose_a_node():
+    """On loopback every agent would match the rendezvous endpoint, and whichever bound the port first would serve the
+    c10d store; node 0 is told to, as a cluster's endpoint node does, so that losing another node leaves it. With
+    restarts, the agents meet at --nnodes 1:N: the job continues without a node that does not come back."""
+    from distbench.launching.launch import Torchrun
+
+    program, loopback = ["run.py"], ["127.0.0.1", "127.0.0.1"]
+    plain = TORCHRUN.commands(program, 1, loopback, 29400)
+    assert [c[c.index("--rdzv-conf") + 1] for c in plain] == ["is_host=1", "is_host=0"]
+    assert all(c[c.index("--nnodes") + 1] == "2" and "--local-addr" not in c for c in plain)
+    restarting = Torchrun(1).commands(program, 1, loopback, 29400)
+    assert all(c[c.index("--nnodes") + 1] == "1:2" and "--max-restarts=1" in c for c in restarting)
+    assert "--rdzv-conf" not in TORCHRUN.commands(program, 1, ["host1", "host2"], 29400)[0]  # the help's form
