@@ -188,13 +188,14 @@ class Watchdog:
         os._exit(1)
 
 
-def launched(events: list[dict], world_size: int, nodes: int) -> tuple[int, int]:
-    """The world the run was launched with: where it met a fault and continued, its first attempt's (a later one may
-    have fewer nodes or ranks: a job that continued without a node); else this attempt's `world_size` and `nodes`
-    (a run resumed by hand at another size is a run at that size)."""
+def launched(events: list[dict], world_size: int, nodes: int, continued: bool) -> tuple[int, int]:
+    """The world the run was launched with: where its library continued it after a fault (`continued`: a restarted
+    group, a rollback in these processes), its first attempt's (a later one may have fewer nodes or ranks: a job that
+    continued without a node); else this attempt's `world_size` and `nodes` (a run resumed by hand, at another size
+    or not, is a run of its own)."""
     met = any(e["event"] == "fault" for e in events)
     first = next((e for e in events if e["event"] == "attempt" and "world_size" in e), None)
-    return (first["world_size"], first["nodes"]) if met and first else (world_size, nodes)
+    return (first["world_size"], first["nodes"]) if continued and met and first else (world_size, nodes)
 
 
 def costs(text: str | None, events: list[dict], now: float, samples: int, kept: bool = True) -> dict | None:

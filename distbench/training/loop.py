@@ -286,8 +286,14 @@ class Trainer:
             compute=self.compute_counts(),
             emulated=self.task.emulation() if hasattr(self.task, "emulation") else None,
             fault=self.fault_costs(),
-            launched=faults.launched(self.events.read(), self.backend.launch.world_size, self.backend.launch.nodes),
+            launched=self.launched(),
         )
+
+    def launched(self) -> tuple[int, int]:
+        """The world and nodes the run was launched with (training/faults.launched)."""
+        launch = self.backend.launch
+        continued = launch.restart_count > 0 or self.attempts > 1
+        return faults.launched(self.events.read(), launch.world_size, launch.nodes, continued)
 
     def fault_costs(self) -> dict | None:
         """The record's `fault` (training/faults.py), from the events this run kept (none without --checkpoint-dir)."""

@@ -194,5 +194,7 @@ def test_a_rollback_in_the_same_process_is_an_attempt_of_its_own(tmp_path):
 
 def test_a_run_that_continued_without_a_node_is_recorded_as_launched():
     attempt = {"event": "attempt", "world_size": 4, "nodes": 2}
-    assert faults.launched([attempt, {"event": "fault"}, {**attempt, "world_size": 2, "nodes": 1}], 2, 1) == (4, 2)
-    assert faults.launched([attempt], 8, 4) == (8, 4)  # resumed by hand at another size: a run at that size
+    shrunk = [attempt, {"event": "fault"}, {**attempt, "world_size": 2, "nodes": 1}]
+    assert faults.launched(shrunk, 2, 1, continued=True) == (4, 2)
+    assert faults.launched(shrunk, 2, 1, continued=False) == (2, 1)  # resumed by hand at another size: a run of its own
+    assert faults.launched([attempt], 8, 4, continued=True) == (8, 4)

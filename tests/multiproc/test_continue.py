@@ -1,0 +1,95 @@
+"""A job that continues after a failure, as each library's users run it (`compare --restarts`): torchrun's agents
+and accelerate launch restarting the group from its checkpoint, Horovod Elastic's survivors rolling back to their
+commit, torchrun continuing without a lost node (docs/faults.md)."""
+
+import pytest
+
+from distbench.records import read_records
+from tests.helpers import py, run_in
+
+TIMEOUT_S = 60
+
+
+@pytest.fixture(scope="module")
+def continued_sweep(tmp_path_factory):
+    """`compare --restarts 1 --fault none,kill:1@15` on 2 simulated nodes of one process, ddp, accelerate, horovod."""
+    tmp = tmp_path_factory.mktemp("continued")
+    out = tmp / "sweep"
+    cmd = py(
+        f"run.py compare --backends ddp,accelerate,horovod --nprocs 1 --nodes 2 --threads 1 --max-steps 30 "
+        f"--timeout-s {TIMEOUT_S} --dropout 0 --checkpoint-every 10 --restarts 1 --fault none,kill:1@15 --out",
+        out,
+    )
+    run_in(tmp, cmd, timeout=500)
+    records = read_records(out / "results.jsonl")
+    return out, {(r["backend"], r["config"]["fault"]): r for r in records if r["backend"] != "single"}
+
+
+def _same_within_tolerance(rec, free):
+    """The run that continued with fewer ranks ends where the fault-free run does, within float tolerance."""
+    assert max(abs(a - b) for a, b in zip(rec["loss_history"], free["loss_history"], strict=True)) < 1e-4
+    assert abs(rec["param_checksum"] / free["param_checksum"] - 1) < 1e-5
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_a_sweep_continues_each_library_past_a_killed_rank_and_reports_what_it_cost(continued_sweep):
+    """`compare --restarts 1 --fault none,kill:1@15` on 2 simulated nodes: ddp under torchrun's agents (--max-restarts,
+    a c10d rendezvous: node 1's agent restarts its worker, node 0's joins the new round), accelerate under accelerate
+    launch (--max_restarts), horovod under horovodrun's elastic form (Horovod Elastic: rank 0 survives, rolls back to
+    its commit at step 10 and continues alone: the host of the killed rank is blacklisted). Each run checkpoints into a
+    folder of its own. Each continued run ends on its fault-free run of the same sweep: bit for bit where the group
+    restarted from its checkpoint; within float tolerance after Horovod's shrink (the global batch kept, split over
+    fewer ranks; dropout off). The records say what the kill cost; so does the report's Faults section."""
+    out, runs = continued_sweep
+    assert sorted(runs) == [(b, f) for b in ("accelerate", "ddp", "horovod") for f in ("kill:1@15", "none")]
+    for backend in ("ddp", "accelerate", "horovod"):
+        rec, free = runs[backend, "kill:1@15"], runs[backend, "none"]
+        assert (rec["status"], rec["resumed_from_step"], rec["steps"]) == ("ok", 10, 30), rec.get("error")
+        cost = rec["fault"]  # from the events in the run's checkpoint folder (training/faults.py)
+        print(f"{backend}: {cost}")
+        assert (cost["spec"], cost["met"], cost["attempts"], cost["steps_redone"]) == ("kill:1@15", True, 2, 5)
+        assert 0 <= cost["restarted_s"] < cost["recovered_s"] < TIMEOUT_S
+        assert cost["first_noticed_s"] is None or cost["first_noticed_s"] <= cost["recovered_s"]
+        assert cost["goodput_samples_per_sec"] < rec["samples_per_sec"]  # the whole run's wall, the lost steps in it
+        assert cost["world_size_after"] == (1 if backend == "horovod" else 2)
+        if backend == "horovod":
+            _same_within_tolerance(rec, free)
+        else:
+            assert (rec["loss_history"], rec["param_checksum"]) == (free["loss_history"], free["param_checksum"])
+    assert "--max-restarts=1" in runs["ddp", "kill:1@15"]["command"]
+    assert "--host-discovery-script" in runs["horovod", "kill:1@15"]["command"]
+    assert not list((out / "runs").glob("*.ckpt"))  # the folders the restarts needed, removed
+    report = (out / "report.md").read_text()
+    assert "## Faults" in report and "| horovod x2 fault kill:1@15 | `kill:1@15` | 1 of 1 (x1 after) |" in report
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_torchrun_continues_without_a_lost_node(tmp_path, continued_sweep):
+    """`--fault kill-node:1@15` kills node 1's torchrun agent and its worker (a lost machine). Restarting, torchrun's
+    agents meet at `--nnodes 1:2`: node 0's agent, whose worker's collective failed, waits out the lost node's
+    rendezvous keep-alive and last call, then restarts its worker alone, from the step-10 checkpoint, at world size 1
+    (the global batch kept, split over fewer ranks). The run ends on the fault-free run of the same sweep within float
+    tolerance; its record keeps the world it was launched with and says the one it ended with."""
+    out = tmp_path / "sweep"
+    cmd = py(
+        f"run.py compare --backends ddp --nprocs 1 --nodes 2 --threads 1 --max-steps 30 --timeout-s {TIMEOUT_S} "
+        "--dropout 0 --checkpoint-every 10 --restarts 1 --fault kill-node:1@15 --out",
+        out,
+    )
+    run_in(tmp_path, cmd, timeout=500)
+    (rec,) = [r for r in read_records(out / "results.jsonl") if r["backend"] == "ddp"]
+    assert (rec["status"], rec["world_size"], rec["nodes"], rec["resumed_from_step"]) == ("ok", 2, 2, 10), rec.get(
+        "error"
+    )
+    cost = rec["fault"]
+    print(f"ddp, node 1 lost: {cost}")
+    assert (cost["met"], cost["attempts"], cost["steps_redone"]) == (True, 2, 5)
+    assert (cost["world_size_after"], cost["nodes_after"]) == (1, 1)
+    assert cost["first_noticed_s"] < cost["restarted_s"] < cost["recovered_s"] < TIMEOUT_S + 60
+    _same_within_tolerance(rec, continued_sweep[1]["ddp", "none"])
+    assert (
+        "--nnodes 1:2" in rec["command"]
+        and "| `kill-node:1@15` | 1 of 1 (x1 after) |" in (out / "report.md").read_text()
+    )
