@@ -5,7 +5,7 @@ commit, torchrun continuing without a lost node (docs/faults.md)."""
 import pytest
 
 from distbench.records import read_records
-from tests.helpers import py, run_in
+from tests.helpers import child_env, py, run_in
 
 TIMEOUT_S = 60
 
@@ -71,15 +71,18 @@ def test_torchrun_continues_without_a_lost_node(tmp_path, continued_sweep):
     agents meet at `--nnodes 1:2`: node 0's agent, whose worker's collective failed, waits out the lost node's
     rendezvous keep-alive and last call, then restarts its worker alone, from the step-10 checkpoint, at world size 1
     (the global batch kept, split over fewer ranks). The run ends on the fault-free run of the same sweep within float
-    tolerance; its record keeps the world it was launched with and says the one it ended with."""
-    out = tmp_path / "sweep"
-    cmd = py(
-        f"run.py compare --backends ddp --nprocs 1 --nodes 2 --threads 1 --max-steps 30 --timeout-s {TIMEOUT_S} "
-        "--dropout 0 --checkpoint-every 10 --restarts 1 --fault kill-node:1@15 --out",
-        out,
-    )
-    run_in(tmp_path, cmd, timeout=500)
-    (rec,) = [r for r in read_records(out / "results.jsonl") if r["backend"] == "ddp"]
+    tolerance; its record keeps the world it was launched with and says the one it ended with. Started as `compare
+    --restarts 1 --nodes 2` starts it (sweep/executor.launch_config), without a sweep around it."""
+    from distbench.launching.launch import resolve
+    from distbench.sweep.executor import launch_config, run_one
+
+    out = tmp_path / "r.json"
+    args = ["--max-steps", "30", "--threads", "1", "--dropout", "0", "--no-progress", "--timeout-s", str(TIMEOUT_S)]
+    args += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--checkpoint-every", "10", "--fault", "kill-node:1@15"]
+    launch = launch_config("ddp", 2, 2, [*args, "--output", str(out)], restarts=1)  # as compare --restarts 1 starts it
+    assert all(c[c.index("--nnodes") + 1] == "1:2" for c in launch.commands)
+    env = {**child_env(tmp_path), **launch.env}
+    rec = run_one([resolve(c) for c in launch.commands], out, 300, tmp_path / "r.log", env, continues=True)
     assert (rec["status"], rec["world_size"], rec["nodes"], rec["resumed_from_step"]) == ("ok", 2, 2, 10), rec.get(
         "error"
     )
@@ -89,7 +92,3 @@ def test_torchrun_continues_without_a_lost_node(tmp_path, continued_sweep):
     assert (cost["world_size_after"], cost["nodes_after"]) == (1, 1)
     assert cost["first_noticed_s"] < cost["restarted_s"] < cost["recovered_s"] < TIMEOUT_S + 60
     _same_within_tolerance(rec, continued_sweep[1]["ddp", "none"])
-    assert (
-        "--nnodes 1:2" in rec["command"]
-        and "| `kill-node:1@15` | 1 of 1 (x1 after) |" in (out / "report.md").read_text()
-    )
