@@ -1,0 +1,45 @@
+"""A lost node (`--fault kill-node`): torchrun's agents continue without it (docs/faults.md). A file of its own, so
+that the suite runs it beside test_continue.py's sweep: it mostly waits for torchrun's rendezvous."""
+
+import pytest
+
+from distbench.launching.launch import resolve
+from distbench.sweep.executor import launch_config, run_one
+from tests.cli.test_continue import same_within_tolerance
+from tests.helpers import child_env
+
+TIMEOUT_S = 60
+
+
+def _run(tmp_path, fault: str) -> dict:
+    """ddp on 2 simulated nodes of one process, as `compare --restarts 1 --nodes 2` starts it
+    (sweep/executor.launch_config), without a sweep around it: its record."""
+    out, folder = tmp_path / f"{fault}.json", tmp_path / f"ckpt-{fault}"
+    args = ["--max-steps", "30", "--threads", "1", "--dropout", "0", "--no-progress", "--timeout-s", str(TIMEOUT_S)]
+    args += ["--checkpoint-dir", str(folder), "--checkpoint-every", "10", "--fault", fault, "--output", str(out)]
+    launch = launch_config("ddp", 2, 2, args, restarts=1)
+    assert all(c[c.index("--nnodes") + 1] == "1:2" for c in launch.commands)
+    env = {**child_env(tmp_path), **launch.env}
+    return run_one([resolve(c) for c in launch.commands], out, 300, tmp_path / f"{fault}.log", env, continues=True)
+
+
+@pytest.mark.multiproc
+@pytest.mark.timeout(600)
+def test_torchrun_continues_without_a_lost_node(tmp_path):
+    """`--fault kill-node:1@15` kills node 1's torchrun agent and its worker (a lost machine). Restarting, torchrun's
+    agents meet at `--nnodes 1:2`: node 0's agent, whose worker's collective failed, waits out the lost node's
+    rendezvous keep-alive and last call, then restarts its worker alone, from the step-10 checkpoint, at world size 1
+    (the global batch kept, split over fewer ranks). The run ends on the same command's fault-free run within float
+    tolerance; its record keeps the world it was launched with and says the one it ended with. Started as `compare
+    --restarts 1 --nodes 2` starts it (sweep/executor.launch_config), without a sweep around it."""
+    free, rec = _run(tmp_path, "none"), _run(tmp_path, "kill-node:1@15")
+    assert free["status"] == "ok", free.get("error")
+    assert (rec["status"], rec["world_size"], rec["nodes"], rec["resumed_from_step"]) == ("ok", 2, 2, 10), rec.get(
+        "error"
+    )
+    cost = rec["fault"]
+    print(f"ddp, node 1 lost: {cost}")
+    assert (cost["met"], cost["attempts"], cost["steps_redone"]) == (True, 2, 5)
+    assert (cost["world_size_after"], cost["nodes_after"]) == (1, 1)
+    assert cost["first_noticed_s"] < cost["restarted_s"] < cost["recovered_s"] < TIMEOUT_S + 60
+    same_within_tolerance(rec, free)
