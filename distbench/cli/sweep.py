@@ -59,10 +59,11 @@ def compare_params() -> list:
             "restarts",
             int,
             0,
-            help="Restart a run's processes up to N times after a failure, as each library's users do to continue "
-            "(torchrun's --max-restarts with a c10d rendezvous; accelerate launch's --max_restarts; DeepSpeed and "
-            "Fabric under torchrun; horovodrun has none), each run resuming from its last checkpoint (a folder of "
-            "its own, every --checkpoint-every steps); its record says what a failure cost (docs/faults.md).",
+            help="Continue a run up to N times after a failure, as each library's users do (torchrun's "
+            "--max-restarts with a c10d rendezvous, --nnodes 1:N on several nodes; accelerate launch's --max_restarts; "
+            "DeepSpeed and Fabric under torchrun: each from its last checkpoint, a folder of its own, every "
+            "--checkpoint-every steps; horovod: Horovod Elastic, from its last commit, --commit-every, on 2 nodes or "
+            "more); its record says what a failure cost (docs/faults.md).",
         ),
         param("extra", str, "", help="Extra run.py options, quoted, e.g. '--precision bf16'."),
     ]
