@@ -132,6 +132,14 @@ def cases(tmp: Path) -> list[Case]:
             "compare: a per-node link with one node",
             ["compare", "--backends", "ddp", "--link-mode", "per-node", "--link-rate", "1gbit", "--out", str(c)],
         ),
+        Case(
+            "compare: a link taken down where the nodes have no link of their own",
+            ["compare", "--backends", "ddp", "--nodes", "2", "--fault", "link-down:1@5:3", "--out", str(c)],
+        ),
+        Case(
+            "run: a link taken down outside a per-node network",
+            ["--fault", "link-down:0@5:3", "--output", str(tmp / "r.json")],
+        ),
         Case("compare: --extra setting what the sweep sets", ["compare", "--extra", "--backend ddp", "--out", str(c)]),
         Case("compare: no rounds", ["compare", "--repeats", "0", "--out", str(c)]),
         Case("compare: a link rate tc cannot read", ["compare", "--link-rate", "100mb", "--out", str(c)]),

@@ -3,6 +3,7 @@ into docs/faults.md.
 
     python -m benchmarks.faults restarts [--rounds 3] [--steps 30] [--out docs/faults.md]
     python -m benchmarks.faults straggler [--rounds 3] [--out docs/faults.md]   # run.py compare --fault none,slow:1:3
+    python -m benchmarks.faults link [--rounds 2] [--out docs/faults.md]   # run.py compare --fault none,link-down:...
 
 `restarts`: MNIST on 2 simulated nodes of one process each, a checkpoint (and Horovod Elastic's commit) every 10
 steps, rank 1 (node 1's) killed (`--fault kill:1@15`), node 1 lost (`--fault kill-node:1@15`: its agent too) or rank 1
@@ -14,7 +15,9 @@ deepspeed, fabric: DeepSpeed's and Fabric's own launchers restart nothing), `acc
 (accelerate), horovodrun's elastic form (horovod: Horovod Elastic, the survivor continues alone). The record's
 `fault` (training/faults.py) gives what a continued run paid; a run that ended gives how long that took.
 `straggler`: `run.py compare` of every library at x2 with and without rank 1 computing 3 times as long; its
-report's Faults section.
+report's Faults section. `link`: `run.py compare --restarts 1` of every library on 2 simulated nodes behind per-node
+links, node 1's link down after step 15 for less than the collective timeout (5 s) and for more (30 s, `--timeout-s
+20`); its report's Faults section.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ HANG_TIMEOUT_S = 20
 SECTION = "## What a killed or hung rank costs each library"
 STRAGGLER = "## A straggler"
 STRAGGLER_DIR = ROOT / "docs" / "results" / "faults" / "straggler"
+LINK = "## A link that goes down"
+LINK_DIR = ROOT / "docs" / "results" / "faults" / "link-down"
+LINK_FAULTS = "none,link-down:1@15:5,link-down:1@15:30"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
@@ -191,8 +197,7 @@ def straggler(
         cmd = ["run.py", "compare", "--backends", ",".join(LIBRARIES), "--nprocs", "2", "--fault", "none,slow:1:3"]
         cmd += ["--max-steps", "40", "--dropout", "0", "--repeats", str(rounds), "--out", str(sweep)]
         subprocess.run([sys.executable, *cmd], cwd=ROOT, env=child_env(), check=False)
-    section = (sweep / "report.md").read_text().split("## Faults\n", 1)[1].split("\n\n")
-    table = next(part for part in section if part.startswith("| configuration |"))  # its table, whole
+    table = _faults_table(sweep)
     where = sweep.relative_to(ROOT)
     head = (
         f"Produced by `python -m benchmarks.faults straggler --rounds {rounds}` on {machine()}: `run.py compare "
@@ -202,6 +207,37 @@ def straggler(
     lines = [STRAGGLER, "", head, "", table, ""]
     write_section(out, STRAGGLER, lines)
     print("\n".join(lines))
+
+
+@app.command()
+def link(
+    rounds: Annotated[int, typer.Option(help="rounds of the sweep")] = 2,
+    out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
+) -> None:
+    sweep = LINK_DIR
+    args = ["--backends", ",".join(LIBRARIES), "--nodes", "2", "--nprocs", "1", "--link-mode", "per-node"]
+    args += ["--restarts", "1", "--fault", LINK_FAULTS, "--timeout-s", str(HANG_TIMEOUT_S), "--max-steps", "30"]
+    args += ["--checkpoint-every", "10", "--dropout", "0", "--repeats", str(rounds), "--out"]
+    if not (sweep / "results.jsonl").is_file():
+        subprocess.run([sys.executable, "run.py", "compare", *args, str(sweep)], cwd=ROOT, env=child_env(), check=False)
+    lines = [LINK, "", _link_head(rounds, " ".join(args), sweep.relative_to(ROOT)), "", _faults_table(sweep), ""]
+    write_section(out, LINK, lines)
+    print("\n".join(lines))
+
+
+def _link_head(rounds: int, args: str, where: Path) -> str:
+    return (
+        f"Produced by `python -m benchmarks.faults link --rounds {rounds}` on {machine()}: `run.py compare {args} "
+        f"{where}` (its report: {where}/report.md): MNIST on 2 simulated nodes of one process, each node in its own "
+        "network namespace behind a link of its own (unshaped), node 1's switch port taken down after step 15 and up "
+        "again 5 s or 30 s later, each library ready to continue as its users run it; the Faults section of its report:"
+    )
+
+
+def _faults_table(sweep: Path) -> str:
+    """The Faults section's table of a sweep's report, whole."""
+    section = (sweep / "report.md").read_text().split("## Faults\n", 1)[1].split("\n\n")
+    return next(part for part in section if part.startswith("| configuration |"))
 
 
 if __name__ == "__main__":

@@ -63,19 +63,29 @@ class Check:
 
 # --fault's values (the injection and what a fault cost: training/faults.py)
 NO_FAULT = "none"
-FAULT_FORMS = "none, kill:RANK@STEP, kill-node:NODE@STEP, hang:RANK@STEP or slow:RANK:FACTOR (FACTOR above 1)"
+FAULT_FORMS = (
+    "none, kill:RANK@STEP, kill-node:NODE@STEP, hang:RANK@STEP, slow:RANK:FACTOR (FACTOR above 1) or "
+    "link-down:NODE@STEP:SECONDS"
+)
+NODE_FAULTS = ("kill-node", "link-down")  # a fault of a node (every process of it, or its link), not of one rank
 _AT_STEP = re.compile(r"(kill|kill-node|hang):(\d+)@(\d+)")
 _SLOW = re.compile(r"slow:(\d+):(\d+(?:\.\d+)?)")
+_LINK_DOWN = re.compile(r"link-down:(\d+)@(\d+):(\d+(?:\.\d+)?)")
 
 
 @dataclass(frozen=True)
 class Fault:
     """One `--fault`, parsed."""
 
-    kind: str  # kill, kill-node, hang, slow
-    rank: int  # the rank it happens on; kill-node: the node (every process of it)
-    step: int = 0  # kill, hang: after this global step
+    kind: str  # kill, kill-node, hang, slow, link-down
+    rank: int  # the rank it happens on; kill-node, link-down (NODE_FAULTS): the node
+    step: int = 0  # kill, kill-node, hang, link-down: after this global step
     factor: float = 1.0  # slow: how much longer the rank computes
+    seconds: float = 0.0  # link-down: how long the node's link stays down
+
+    @property
+    def of_node(self) -> bool:
+        return self.kind in NODE_FAULTS
 
 
 def parse_fault(text: str | None) -> Fault | None:
@@ -86,6 +96,8 @@ def parse_fault(text: str | None) -> Fault | None:
         return Fault(m[1], int(m[2]), step=int(m[3]))
     if (m := _SLOW.fullmatch(text)) and float(m[2]) > 1.0:
         return Fault("slow", int(m[1]), factor=float(m[2]))
+    if (m := _LINK_DOWN.fullmatch(text)) and int(m[2]) >= 1 and float(m[3]) > 0:
+        return Fault("link-down", int(m[1]), step=int(m[2]), seconds=float(m[3]))
     raise ValueError(text)
 
 
@@ -248,7 +260,9 @@ class RunConfig:
         "Inject a fault, once per run (training/faults.py): kill:RANK@STEP (the rank SIGKILLs itself after that "
         "step), kill-node:NODE@STEP (every process of the node, its launcher's agent too), hang:RANK@STEP (it stops "
         "at that step, alive: only --timeout-s tells the others), slow:RANK:FACTOR "
-        "(a straggler, computing FACTOR times as long). With --checkpoint-dir, the record says what it cost.",
+        "(a straggler, computing FACTOR times as long), link-down:NODE@STEP:SECONDS (the node's link down after "
+        "that step, up again SECONDS later: per-node links only). With --checkpoint-dir, the record says what it "
+        "cost.",
         checks=(Check(_fault_formed, f"must be {FAULT_FORMS}"),),
         sweep=AXIS,
     )
@@ -386,7 +400,7 @@ def validate(cfg: RunConfig, world_size: int) -> None:
 def _check_fault(text: str | None, world_size: int) -> None:
     """A fault on a rank the job has."""
     fault = parse_fault(text)
-    if fault is not None and fault.kind != "kill-node" and fault.rank >= world_size:
+    if fault is not None and not fault.of_node and fault.rank >= world_size:
         raise UserError(f"--fault {text}: rank {fault.rank}, but the job has ranks 0 to {world_size - 1}")
 
 

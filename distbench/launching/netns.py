@@ -24,6 +24,12 @@ namespaces it creates, named dbn-<pid>-<i> after the process that made them; `do
 with them), and `up` first deletes those whose process is gone (a run killed with SIGKILL cannot clean up; named
 namespaces outlive it). The host's interfaces are never touched: every change runs only inside the private
 namespace (link._tc's guard).
+
+`--fault link-down:NODE@STEP:SECONDS` takes node NODE's switch port down (`ip link set sw<NODE> down` in the switch's
+namespace) and up again SECONDS later, as a cable pulled or a switch port that fails and comes back: the node's eth0
+loses its carrier, every packet to and from the node is lost meanwhile, and TCP retransmits as it would on a
+cluster, backing off; nothing tells the processes, which keep their sockets. The node's first process does it
+(training/faults.py), entering the switch's namespace that the run names (SWITCH_NETNS_ENV).
 """
 
 from __future__ import annotations
@@ -31,8 +37,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import socket
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +59,7 @@ QUEUE_MS = 10
 BURST_MS = 1
 ETC_NETNS = Path("/etc/netns")  # ip-netns(8): files under NAME/ are mounted over /etc/ inside namespace NAME
 HEAD_ADDR = f"{SUBNET}254"  # the switch's own address: where horovodrun (and its rendezvous) runs
+SWITCH_NETNS_ENV = "DISTBENCH_SWITCH_NETNS"  # the switch's namespace, /proc/PID/ns/net of the process that made it
 
 
 def node_addr(i: int) -> str:
@@ -154,8 +163,39 @@ class NodeNetwork:
         )
         return ["sh", "-c", script, "sh", "python", *program]
 
-    @staticmethod
-    def env() -> dict[str, str]:
+    def env(self) -> dict[str, str]:
         """The libraries' interface for traffic between nodes: each node's own eth0, not the loopback that a host
-        name might resolve to."""
-        return {"GLOO_SOCKET_IFNAME": IFACE, "HOROVOD_GLOO_IFACE": IFACE, "NCCL_SOCKET_IFNAME": IFACE}
+        name might resolve to; and where the switch is, for a link-down fault."""
+        said = {"GLOO_SOCKET_IFNAME": IFACE, "HOROVOD_GLOO_IFACE": IFACE, "NCCL_SOCKET_IFNAME": IFACE}
+        return {**said, SWITCH_NETNS_ENV: f"/proc/{os.getpid()}/ns/net"}
+
+
+def switch() -> str | None:
+    """The switch's namespace where this process runs on a node of a per-node network (inside distbench's private
+    namespaces, and never the one the command was started in); else None."""
+    path = os.environ.get(SWITCH_NETNS_ENV)
+    if not path or not link.inside() or not Path(f"/sys/class/net/{IFACE}").exists():
+        return None
+    try:
+        target = os.readlink(path)
+    except OSError:  # the process that made the switch is gone
+        return None
+    return target if target != os.environ.get(link.OUTER_NETNS_ENV) else None
+
+
+def link_down(node: int, seconds: float) -> None:
+    """Node `node`'s switch port down now, and up again `seconds` later (a detached shell does it, so that the link
+    comes back whatever becomes of this process). Called on the node, inside the run's namespaces only."""
+    if switch() is None:
+        raise RuntimeError("refusing to take a link down outside a per-node network distbench made")
+    ip, enter = link._tool("ip"), [link._tool("nsenter"), f"--net={os.environ[SWITCH_NETNS_ENV]}"]
+    port = f"sw{node}"
+    subprocess.run([*enter, ip, "link", "set", port, "down"], check=True, capture_output=True)
+    later = f"sleep {seconds:g}; exec {shlex.join([*enter, ip, 'link', 'set', port, 'up'])}"
+    subprocess.Popen(
+        ["sh", "-c", later],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )

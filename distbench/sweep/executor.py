@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from distbench.backends import DISTRIBUTED, get_spec
+from distbench.config import parse_fault
 from distbench.errors import UserError
 from distbench.launching import bridge, link, netns, topology
 from distbench.launching.commands import restarting_launcher, usual_launcher
@@ -156,13 +157,22 @@ def check_continues(launcher: Launcher, nodes: int) -> None:
 
 
 def link_error(config: SweepConfig) -> str | None:
-    """Why `config`'s link cannot be what it says, or None. A per-node link joins nodes: with one node its processes
-    talk over their own loopback, and the rate would be recorded for a link that carries nothing."""
+    """Why `config`'s link (or a node's fault) cannot be what it says, or None. A per-node link joins nodes: with one
+    node its processes talk over their own loopback, and the rate would be recorded for a link that carries nothing.
+    A link-down needs a node's link of its own."""
     if config.link_mode == "per-node" and config.nodes == 1 and config.link_rate != link.UNSHAPED:
         return (
             f"--link-mode per-node --link-rate {config.link_rate} with one node: a per-node link joins nodes and "
             "would carry nothing here; give --nodes 2 or more, or --link-mode shared"
         )
+    fault = parse_fault(config.fault)
+    if fault is not None and fault.kind == "link-down" and not (config.link_mode == "per-node" and config.nodes > 1):
+        return (
+            f"--fault {config.fault} takes a node's own link down: give --link-mode per-node and --nodes 2 or more "
+            "(with one shared link there is no node's link to lose)"
+        )
+    if fault is not None and fault.of_node and fault.rank >= config.nodes:
+        return f"--fault {config.fault}: node {fault.rank}, but the run has nodes 0 to {config.nodes - 1}"
     return None
 
 

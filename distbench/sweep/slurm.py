@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from distbench.backends import get_spec
+from distbench.config import parse_fault
 from distbench.errors import UserError
 from distbench.launching import link, slurm, topology
 from distbench.launching.commands import launchers_of
@@ -55,8 +56,8 @@ class SlurmExecutor(Executor):
         self._node_cores: list[list[int]] | None = None
 
     def check(self, configs: list[SweepConfig], emulated: bool = False, dilation: float = 1.0) -> None:
-        """More nodes than the allocation has, a shaped link (the cluster's network is the link) and hosts horovodrun
-        cannot tell apart: one line, before any run."""
+        """More nodes than the allocation has, a shaped link or a link taken down (the cluster's network is the link)
+        and hosts horovodrun cannot tell apart: one line, before any run."""
         for c in configs:
             self.alloc.check(c.nodes)
             if c.link_rate != link.UNSHAPED:
@@ -66,6 +67,12 @@ class SlurmExecutor(Executor):
                 )
             if self.launcher(c.backend) is HOROVODRUN:
                 self.alloc.horovod_hosts(c.nodes)
+            fault = parse_fault(c.fault)
+            if fault is not None and fault.kind == "link-down":
+                raise UserError(
+                    f"--fault {c.fault} takes down a simulated node's link on this machine; under --scheduler slurm "
+                    "the nodes are the cluster's, whose network distbench does not touch"
+                )
 
     def node_cores(self) -> list[list[int]]:
         """The cores a task of each node may use, in node order (one probe step over the whole allocation)."""

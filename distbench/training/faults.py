@@ -10,11 +10,16 @@ launcher that restarts the worker group (torchrun's agent with --max-restarts) r
 - `hang:RANK@STEP`: the rank stops issuing collectives after that step and sleeps, alive and holding its sockets, as
   a wedged device leaves a process: only a collective timeout (`--timeout-s`) tells the others;
 - `slow:RANK:FACTOR`: a straggler: after each step's forward and backward the rank waits FACTOR - 1 times as long
-  as they took, so that its computation takes FACTOR times as long; every rank that exchanges with it waits.
+  as they took, so that its computation takes FACTOR times as long; every rank that exchanges with it waits;
+- `link-down:NODE@STEP:SECONDS`: the node's first process takes the node's switch port down after that step, and it
+  comes up again SECONDS later (per-node links only: launching/netns.py), as a pulled cable: the processes live
+  on, their packets lost meanwhile; the job rides it out (its next step completes once TCP's retransmission gets
+  through) or, past --timeout-s, a collective fails.
 
 What a fault cost is told by events (`events.jsonl` in `--checkpoint-dir`, one JSON object a line, appended whole):
 the fault as the rank met it, each attempt's start (its rank 0's process creation) and the step it resumed from,
-each attempt's first completed step, and a survivor's failed collective. The record's `fault` (`costs`) reads them.
+each attempt's first completed step (and the first after a fault the job rode out), and a survivor's failed
+collective. The record's `fault` (`costs`) reads them.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 
 from distbench.config import parse_fault
 from distbench.errors import UserError
+from distbench.launching import netns
 from distbench.process import ACCELERATE, DEEPSPEED, FABRIC, TORCHRUN
 from distbench.records import to_json
 from distbench.training.timer import process_start_unix
@@ -84,10 +90,11 @@ class Injector:
         # once per run: not again in an attempt that resumed past it (the events say it happened; without a
         # checkpoint folder to keep them, not again in a restarted group, which may have fewer nodes)
         met = any(e["event"] == "fault" for e in events.read()) if events.path else restart_count > 0
-        if fault is not None and fault.kind == "kill-node" and fault.rank >= nodes and not met:
-            raise UserError(f"--fault {text}: node {fault.rank}, but the job has nodes 0 to {nodes - 1}")
-        mine = fault is not None and fault.rank == (node if fault.kind == "kill-node" else rank)
-        self.fault = fault if mine and not met else None
+        if fault is not None and fault.of_node and not met:
+            _check_node(text, fault.rank, nodes, fault.kind == "link-down")
+        local_rank = place.local_rank if place is not None else 0
+        self.fault = fault if fault is not None and not met and _mine(fault, rank, node, local_rank) else None
+        self.riding: int | None = None  # link-down: the step after which the link went down, until the next one
         self.agent = place is not None and place.launcher in AGENTS  # this process's parent restarts its workers
         self.rank, self.restart_count, self.events = rank, restart_count, events
         self.first_step_said = False
@@ -123,10 +130,17 @@ class Injector:
         if self.rank == 0 and not self.first_step_said:
             self.first_step_said = True
             self.events.add("first_step", restart=self.restart_count + self.rollbacks, step=step)
+        if self.riding is not None and step > self.riding:  # the job's next step after the link went down
+            self.riding = None
+            self.events.add("next_step", rank=self.rank, step=step)
         fault = self.fault
         if fault is None or fault.kind == "slow" or fault.step != step:
             return
         self.events.add("fault", kind=fault.kind, rank=fault.rank, step=step)
+        if fault.kind == "link-down":  # this process lives on; once (a rollback may train the step again)
+            netns.link_down(fault.rank, fault.seconds)
+            self.fault, self.riding = None, step
+            return
         if fault.kind == "kill-node" and self.agent:
             os.kill(os.getppid(), signal.SIGKILL)  # the node's agent: its parent (taskset and ip netns exec exec it)
         if fault.kind in ("kill", "kill-node"):
@@ -138,6 +152,25 @@ class Injector:
         """A survivor's collective failed (the fault's rank is gone or silent): when it knew."""
         self.events.add(
             "noticed", rank=self.rank, restart=self.restart_count + self.rollbacks, error=type(error).__name__
+        )
+
+
+def _mine(fault, rank: int, node: int, local_rank: int) -> bool:
+    """Whether the process of `rank` (`local_rank` on `node`) meets `fault`: a link-down on its node's first process,
+    a kill-node on every process of the node, the others on their rank."""
+    if fault.kind == "link-down":
+        return fault.rank == node and local_rank == 0
+    return fault.rank == (node if fault.kind == "kill-node" else rank)
+
+
+def _check_node(text: str, node: int, nodes: int, needs_link: bool) -> None:
+    """A node fault on a node the job has; a link-down where the node has a link of its own: else one line."""
+    if node >= nodes:
+        raise UserError(f"--fault {text}: node {node}, but the job has nodes 0 to {nodes - 1}")
+    if needs_link and netns.switch() is None:
+        raise UserError(
+            f"--fault {text}: the node has no link of its own here; per-node links come with compare or simulate "
+            "--link-mode per-node --nodes 2 or more"
         )
 
 
@@ -201,7 +234,8 @@ def launched(events: list[dict], world_size: int, nodes: int, continued: bool) -
 def costs(text: str | None, events: list[dict], now: float, samples: int, kept: bool = True) -> dict | None:
     """The record's `fault`: the fault asked for, and, where the run met it and continued, what it cost: when the
     first survivor noticed, when the launcher had the next attempt running (every survivor gone by then: the
-    agent restarts the whole group), when that attempt completed its first step, how many steps were trained again,
+    agent restarts the whole group), when that attempt completed its first step (or, where the job rode the fault
+    out in the same processes, its next step), how many steps were trained again,
     and the whole run's useful samples per second of wall time (its goodput), from the first attempt's start.
     `kept`: whether the run kept events (a --checkpoint-dir); without them whether a kill or a hang was met is not
     known (`met` null), not "not met"."""
@@ -209,6 +243,8 @@ def costs(text: str | None, events: list[dict], now: float, samples: int, kept: 
     if fault is None:
         return None
     said = {"spec": text, "kind": fault.kind, "rank": fault.rank, "step": fault.step or None, "factor": fault.factor}
+    if fault.kind == "link-down":
+        said["seconds"] = fault.seconds
     if fault.kind == "slow":  # every step of the run: what it cost is the step time against a run without it
         return {**said, "met": True}
     if not kept:
@@ -219,8 +255,8 @@ def costs(text: str | None, events: list[dict], now: float, samples: int, kept: 
         return {**said, "met": False}
     t = met["t"]
     after = [a for a in attempts if a["started"] > t]
-    firsts = [e["t"] for e in events if e["event"] == "first_step" and e["t"] > t]
-    survivor = (lambda e: True) if fault.kind == "kill-node" else (lambda e: e["rank"] != fault.rank)
+    firsts = sorted(e["t"] for e in events if e["event"] in ("first_step", "next_step") and e["t"] > t)
+    survivor = (lambda e: True) if fault.of_node else (lambda e: e["rank"] != fault.rank)
     noticed = sorted((e["t"] - t, e["error"]) for e in events if e["event"] == "noticed" and e["t"] > t and survivor(e))
     wall = now - attempts[0]["started"]
     return {
@@ -230,7 +266,7 @@ def costs(text: str | None, events: list[dict], now: float, samples: int, kept: 
         "first_noticed_by": noticed[0][1] if noticed else None,  # the failed collective's error, or the watchdog
         "restarted_s": after[0]["started"] - t if after else None,
         "recovered_s": firsts[0] - t if firsts else None,
-        "steps_redone": met["step"] - after[0]["resumed_from"] if after else None,
+        "steps_redone": met["step"] - after[0]["resumed_from"] if after else (0 if firsts else None),  # rode it out
         "attempts": len(attempts),
         "run_wall_s": wall,
         "goodput_samples_per_sec": samples / wall if wall > 0 else None,

@@ -66,3 +66,15 @@ def test_more_processes_x_threads_than_a_node_has_cpus_is_a_warning(capsys):
     assert capsys.readouterr().err.startswith("warning: more processes x threads per node than a node's CPUs: ddp x2")
     check_sweep(configs[:2], {"task": "mnist"}, Executor(cpus=2))
     assert capsys.readouterr().err == ""
+
+
+def test_a_link_down_needs_a_nodes_own_link_and_a_node_fault_a_node_the_run_has():
+    per_node = {"world_size": 2, "nodes": 2, "link_mode": "per-node"}
+    assert link_error(_config(**per_node, fault="link-down:1@5:3")) is None
+    assert "give --link-mode per-node and --nodes 2 or more" in link_error(
+        _config(world_size=2, nodes=2, fault="link-down:1@5:3")
+    )
+    assert "give --link-mode per-node" in link_error(_config(link_mode="per-node", fault="link-down:0@5:3"))
+    assert link_error(_config(**per_node, fault="kill-node:2@5")) == (
+        "--fault kill-node:2@5: node 2, but the run has nodes 0 to 1"
+    )

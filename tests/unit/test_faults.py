@@ -18,17 +18,21 @@ from distbench.training import faults
         ("hang:0@3", Fault("hang", 0, step=3)),
         ("kill-node:1@4", Fault("kill-node", 1, step=4)),
         ("slow:1:2.5", Fault("slow", 1, factor=2.5)),
+        ("link-down:1@10:5", Fault("link-down", 1, step=10, seconds=5.0)),
+        ("link-down:0@3:0.5", Fault("link-down", 0, step=3, seconds=0.5)),
     ],
 )
 def test_each_form_parses(text, fault):
     assert parse_fault(text) == fault
 
 
-@pytest.mark.parametrize("text", ["kill:1", "kill:1@0", "slow:1:1", "slow:1:0.5", "crash:1@3", "kill:-1@3", ""])
+@pytest.mark.parametrize(
+    "text",
+    ["kill:1", "kill:1@0", "slow:1:1", "slow:1:0.5", "crash:1@3", "kill:-1@3", "", "link-down:1@3", "link-down:1@3:0"],
+)
 def test_a_fault_of_no_form_is_one_line_naming_the_forms(text):
-    with pytest.raises(
-        UserError, match=r"^--fault must be none, kill:RANK@STEP, kill-node:NODE@STEP, hang:RANK@STEP or slow"
-    ):
+    forms = r"none, kill:RANK@STEP, kill-node:NODE@STEP, hang:RANK@STEP, slow:RANK:FACTOR \(FACTOR above 1\) or link"
+    with pytest.raises(UserError, match=rf"^--fault must be {forms}-down:NODE@STEP:SECONDS, got"):
         validate(RunConfig(fault=text, output="/tmp/never/r.json"), 2)
 
 
@@ -53,6 +57,21 @@ def test_a_node_fault_falls_on_every_process_of_its_node_once(tmp_path):
         faults.Injector("kill-node:2@5", 0, 0, events, place=place(0, 0))
     events.add("fault", kind="kill-node", rank=1, step=5)
     assert faults.Injector("kill-node:1@5", 0, 1, events, place=place(0, 0, nodes=1)).fault is None
+
+
+def test_a_link_down_falls_on_its_nodes_first_process_where_the_node_has_a_link_of_its_own(tmp_path, monkeypatch):
+    """link-down:NODE@STEP:SECONDS: the node's first process takes the node's switch port down (its other processes
+    only live through it); outside a per-node network distbench made (no switch: netns.switch), one line."""
+    from distbench.launching import netns
+    from distbench.process import LaunchEnv
+
+    events = faults.Events(tmp_path)
+    with pytest.raises(UserError, match=r"^--fault link-down:1@5:3: the node has no link of its own here; per-node"):
+        faults.Injector("link-down:1@5:3", 0, 0, events, place=LaunchEnv("torchrun", 0, 0, 4, 2, node_rank=0, nodes=2))
+    monkeypatch.setattr(netns, "switch", lambda: "net:[4026532000]")
+    places = [LaunchEnv("torchrun", r, r % 2, 4, 2, node_rank=r // 2, nodes=2) for r in range(4)]
+    met = [faults.Injector("link-down:1@5:3", r, 0, events, place=places[r]).fault is not None for r in range(4)]
+    assert met == [False, False, True, False]
 
 
 def test_a_fault_happens_once_per_run_on_its_rank(tmp_path):
@@ -110,6 +129,12 @@ def test_what_a_kill_cost_comes_from_the_events():
     # the fault asked for but not met (the run ended first), and a run without one
     assert faults.costs("kill:1@15", events[:2], now=110.0, samples=1)["met"] is False
     assert faults.costs("none", events, now=110.0, samples=1) is None
+    # a link down for 3 s that the job rode out in the same processes: its next step is the recovery, nothing redone
+    rode = [*events[:2], {**events[2], "kind": "link-down"}, {"event": "next_step", "t": 106.4, "rank": 2, "step": 16}]
+    cost = faults.costs("link-down:1@15:3", rode, now=110.0, samples=1920)
+    assert (cost["seconds"], cost["steps_redone"], cost["attempts"]) == (3.0, 0, 1)
+    assert cost["recovered_s"] == pytest.approx(3.4)
+    assert cost["restarted_s"] is None and cost["first_noticed_s"] is None
     # no --checkpoint-dir: no events kept, and whether a kill was met is not known (not "not met")
     assert faults.costs("kill:1@15", [], now=110.0, samples=1, kept=False)["met"] is None
 
