@@ -47,6 +47,9 @@ from distbench.launching.launch import (
 from distbench.process import LOOPBACK
 
 SRUN_KILL = ["--kill-on-bad-exit=1"]  # a task that fails ends its step: the other nodes do not wait on it
+# a step whose launchers continue without a lost node: a task that ends (its node lost) does not end the others, nor
+# does a node that fails end the job's allocation under it (--no-kill)
+SRUN_CONTINUE = ["--kill-on-bad-exit=0", "--no-kill"]
 
 
 def _run(args: list[str]) -> str:
@@ -109,8 +112,10 @@ def node_addr(node: str) -> str:
     raise UserError(f"scontrol show node {node} gives no NodeAddr")
 
 
-def step(nodes: int, tasks_per_node: int, name: str, extra: list[str] = ()) -> list[str]:
-    """An srun that starts a job step of `tasks_per_node` tasks on each of the allocation's first `nodes` nodes."""
+def step(nodes: int, tasks_per_node: int, name: str, extra: list[str] = (), continues: bool = False) -> list[str]:
+    """An srun that starts a job step of `tasks_per_node` tasks on each of the allocation's first `nodes` nodes.
+    `continues`: the launchers continue without a lost node (compare --restarts), and a task that ends does not end
+    the step (SRUN_CONTINUE)."""
     return [
         "srun",
         "--nodes",
@@ -120,25 +125,32 @@ def step(nodes: int, tasks_per_node: int, name: str, extra: list[str] = ()) -> l
         "--ntasks-per-node",
         str(tasks_per_node),
         f"--job-name={name}",
-        *SRUN_KILL,
+        *(SRUN_CONTINUE if continues else SRUN_KILL),
         *extra,
     ]
 
 
-def torchrun_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str) -> list[str]:
-    return [
-        *step(nodes, 1, name),
-        "torchrun",
-        "--nnodes",
-        str(nodes),
-        "--nproc_per_node",
-        str(nprocs),
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        f"{alloc.addrs[0]}:{port}",
-        *program,
-    ]
+# each node's rank is its own SLURM_NODEID, expanded by the node's shell, not here
+NODE_ID = ShellWord('"$SLURM_NODEID"')
+# torchrun: the first node's agent serves the c10d store (on nodes that share an address, every agent would match the
+# endpoint, and the one that bound the port first would serve it: a lost node could take the store with it)
+IS_HOST = ShellWord('"is_host=$((SLURM_NODEID == 0))"')
+
+
+def torchrun_step(
+    alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str, restarts: int = 0
+) -> list[str]:
+    """torchrun on every node; restarting (`restarts`), its elastic form: --max-restarts, from one node to all of
+    them (a node that does not come back shrinks the job), the first node's agent hosting the rendezvous' store."""
+    rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{alloc.addrs[0]}:{port}"]
+    if not restarts:
+        return [*step(nodes, 1, name), "torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(nprocs)] + [
+            *rendezvous,
+            *program,
+        ]
+    agent = ["torchrun", "--nnodes", f"1:{nodes}", "--nproc_per_node", str(nprocs), f"--max-restarts={restarts}"]
+    line = shell_line([*agent, *rendezvous, "--rdzv-conf", IS_HOST, *program])
+    return [*step(nodes, 1, name, continues=True), "bash", "-c", "exec " + line]
 
 
 def srun_step(program: list[str], nodes: int, nprocs: int, name: str) -> list[str]:
@@ -146,16 +158,12 @@ def srun_step(program: list[str], nodes: int, nprocs: int, name: str) -> list[st
     return [*step(nodes, nprocs, name), "python", *program]
 
 
-# each node's rank is its own SLURM_NODEID, expanded by the node's shell, not here
-NODE_ID = ShellWord('"$SLURM_NODEID"')
-
-
 def per_node_step(
     launcher: PerNode, alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str
 ) -> list[str]:
     """One launcher per node (accelerate launch), each with its node's rank."""
     line = shell_line(launcher.node_command(program, nprocs, alloc.addrs[:nodes], port, NODE_ID))
-    return [*step(nodes, 1, name), "bash", "-c", "exec " + line]
+    return [*step(nodes, 1, name, continues=restarts_of(launcher) > 0), "bash", "-c", "exec " + line]
 
 
 def deepspeed_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str) -> list[str]:
@@ -186,10 +194,11 @@ def horovod_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int,
 def launch_step(
     launcher: Launcher, alloc: Allocation, program: list[str], nodes: int, nprocs: int, port: int, name: str
 ) -> list[str]:
-    """The job step that starts `program` with `launcher` on the allocation's first `nodes` nodes."""
-    if launcher is TORCHRUN:
-        return torchrun_step(alloc, program, nodes, nprocs, port, name)
-    if launcher is ACCELERATE:
+    """The job step that starts `program` with `launcher` on the allocation's first `nodes` nodes (with restarts
+    where the launcher was made with them: commands.restarting_launcher)."""
+    if launcher.name == TORCHRUN.name:
+        return torchrun_step(alloc, program, nodes, nprocs, port, name, restarts_of(launcher))
+    if launcher.name == ACCELERATE.name:
         return per_node_step(launcher, alloc, program, nodes, nprocs, port, name)
     if launcher is HOROVODRUN:
         return horovod_step(alloc, program, nodes, nprocs, name)
@@ -198,6 +207,11 @@ def launch_step(
     if launcher in (SRUN, PYTHON):  # one process: a step of one task on the first node
         return srun_step(program, nodes, nprocs, name)
     raise UserError(f"{launcher.name} has no Slurm form here")
+
+
+def restarts_of(launcher: Launcher) -> int:
+    """How many times `launcher` continues a job after a failure (0: the usual launchers)."""
+    return getattr(launcher, "restarts", 0)
 
 
 def steps_named(job_id: str, name: str) -> list[str]:

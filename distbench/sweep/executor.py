@@ -47,16 +47,14 @@ SCHEDULERS = ("local", "slurm")
 
 
 def executor_for(scheduler: str, slurm_launch: str = "usual", restarts: int = 0) -> Executor:
-    """The executor of `--scheduler`: one line for an unknown one, or for Slurm outside an allocation (or with
-    restarts: not yet on Slurm)."""
+    """The executor of `--scheduler`: one line for an unknown one, or for Slurm outside an allocation. `restarts`:
+    each backend under the launcher that continues its job after a failure (compare --restarts)."""
     if scheduler not in SCHEDULERS:
         raise UserError(f"--scheduler {scheduler!r}: one of {', '.join(SCHEDULERS)}")
     if scheduler == "slurm":
         from distbench.sweep.slurm import SlurmExecutor
 
-        if restarts:
-            raise UserError(f"--restarts {restarts} with --scheduler slurm: not yet (a restart on this machine only)")
-        return SlurmExecutor(slurm_launch)
+        return SlurmExecutor(slurm_launch, restarts=restarts)
     return LocalExecutor(restarts)
 
 
@@ -290,11 +288,12 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float, continues: bool = 
     continue without a lost node (torchrun's --nnodes 1:N, Horovod Elastic): a launcher killed with its node
     (SIGKILL, --fault kill-node) is not the job's failure, and the others get until the timeout."""
     deadline, failed_at = time.monotonic() + timeout_s, None
-    lost = -signal.SIGKILL if continues else None
+    # a launcher killed with its node: here, by SIGKILL; srun's step, whose task was: 128 + SIGKILL
+    lost = (-signal.SIGKILL, 128 + signal.SIGKILL) if continues else ()
     while True:
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
-            return next((c for c in codes if c not in (0, lost)), 0)
+            return next((c for c in codes if c != 0 and c not in lost), 0)
         if failed_at is None and not continues and any(c not in (None, 0) for c in codes):
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:

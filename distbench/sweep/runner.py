@@ -83,6 +83,8 @@ def run_planned(
     append_line(sweep.out / RESULTS, to_json(record, sort_keys=True))
     if record["status"] == "ok":
         said = f"{_said(record['samples_per_sec'], '.1f')} samples/s, accuracy {_said(record['eval_accuracy'], '.4f')}"
+        if (record.get("fault") or {}).get("kind") == "unplanned":  # a failure no --fault asked for, continued past
+            said += f"; continued after a failure (x{record['fault']['world_size_after']} after)"
     else:
         said = "FAILED: " + record["error"].splitlines()[-1] if record["error"] else "FAILED"
     print(f"{label}: {said}", file=sys.stderr, flush=True)

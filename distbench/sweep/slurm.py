@@ -29,12 +29,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from distbench.backends import get_spec
+from distbench.backends import DISTRIBUTED, get_spec
 from distbench.config import parse_fault
 from distbench.errors import UserError
 from distbench.launching import link, slurm, topology
-from distbench.launching.commands import launchers_of
-from distbench.launching.launch import BIN, HOROVODRUN, SRUN, Launcher
+from distbench.launching.commands import launchers_of, restarting_launcher
+from distbench.launching.launch import ACCELERATE, BIN, HOROVODRUN, SRUN, TORCHRUN, Launcher
 from distbench.process import free_port
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.executor import Executor, Started
@@ -48,11 +48,11 @@ class SlurmExecutor(Executor):
     """The Slurm allocation this process runs in (`alloc`, else the current one's): each run a job step over its
     first `--nodes` nodes, started in `launch_form` (LAUNCH_FORMS)."""
 
-    def __init__(self, launch_form: str = "usual", alloc: slurm.Allocation | None = None):
+    def __init__(self, launch_form: str = "usual", alloc: slurm.Allocation | None = None, restarts: int = 0):
         if launch_form not in LAUNCH_FORMS:
             raise UserError(f"--slurm-launch {launch_form!r}: one of {', '.join(LAUNCH_FORMS)}")
         self.alloc = alloc or slurm.Allocation.current()
-        self.launch_form = launch_form
+        self.launch_form, self.restarts = launch_form, restarts
         self._node_cores: list[list[int]] | None = None
 
     def check(self, configs: list[SweepConfig], emulated: bool = False, dilation: float = 1.0) -> None:
@@ -65,7 +65,9 @@ class SlurmExecutor(Executor):
                     f"--link-rate {c.link_rate} shapes this machine's loopback; under --scheduler slurm "
                     "the runs cross the cluster's own network (give none)"
                 )
-            if self.launcher(c.backend) is HOROVODRUN:
+            if self.restarts and c.backend in DISTRIBUTED:
+                self._check_continues(c.backend)
+            elif self.launcher(c.backend) is HOROVODRUN:
                 self.alloc.horovod_hosts(c.nodes)
             fault = parse_fault(c.fault)
             if fault is not None and fault.kind == "link-down":
@@ -90,9 +92,26 @@ class SlurmExecutor(Executor):
         """The fewest cores a task may use on any of the first `nodes` nodes."""
         return min(len(cores) for cores in self.node_cores()[:nodes])
 
+    def _check_continues(self, backend: str) -> None:
+        """A backend whose launcher that continues a job has no Slurm form here: one line."""
+        launcher = restarting_launcher(backend, self.restarts)
+        if launcher.name not in (TORCHRUN.name, ACCELERATE.name):
+            raise UserError(
+                f"--restarts {self.restarts} with {backend} under --scheduler slurm: not yet ({launcher.name}'s "
+                "elastic form is started on this machine only; torchrun's and accelerate launch's run on Slurm)"
+            )
+        if self.launch_form == "srun":
+            raise UserError(
+                f"--restarts {self.restarts} with --slurm-launch srun: srun's own tasks restart nothing; the "
+                "launchers that continue a job run their agents in the step (--slurm-launch usual)"
+            )
+
     def launcher(self, backend: str) -> Launcher:
-        """The launcher that starts `backend`'s runs: srun's own tasks where asked for, or where the usual launcher runs
-        in no job step (Fabric's), and the backend allows them."""
+        """The launcher that starts `backend`'s runs: with restarts, the one that continues its job after a failure
+        (commands.restarting_launcher); else srun's own tasks where asked for, or where the usual launcher runs in no
+        job step (Fabric's), and the backend allows them."""
+        if self.restarts and backend in DISTRIBUTED:
+            return restarting_launcher(backend, self.restarts)
         usual, *others = launchers_of(backend)
         return SRUN if (self.launch_form == "srun" or not usual.in_slurm_step) and SRUN in others else usual
 
@@ -123,7 +142,9 @@ class SlurmExecutor(Executor):
         name = f"distbench-{uuid.uuid4().hex[:12]}"
         cmd, added = self.command(config, args, name, program)
         shown = topology.NodeLaunch([cmd], added).shell()
-        yield Started([cmd], self._env(added), shown, stop=lambda: slurm.cancel(self.alloc.job_id, name))
+        stop = lambda: slurm.cancel(self.alloc.job_id, name)  # noqa: E731
+        continues = bool(self.restarts) and config.backend in DISTRIBUTED
+        yield Started([cmd], self._env(added), shown, stop=stop, continues=continues)
         slurm.cancel(self.alloc.job_id, name)
 
     def add_facts(self, record: dict, config: SweepConfig) -> dict:

@@ -33,7 +33,7 @@ import threading
 import time
 from pathlib import Path
 
-from distbench.config import parse_fault
+from distbench.config import NO_FAULT, parse_fault
 from distbench.errors import UserError
 from distbench.launching import netns
 from distbench.process import ACCELERATE, DEEPSPEED, FABRIC, TORCHRUN
@@ -221,14 +221,47 @@ class Watchdog:
         os._exit(1)
 
 
+def this_launch(events: list[dict]) -> list[dict]:
+    """The events since this launch's first attempt (the last attempt numbered 0: a run resumed by hand appends its
+    own to the folder's events)."""
+    firsts = [i for i, e in enumerate(events) if e["event"] == "attempt" and e.get("restart") == 0]
+    return events[firsts[-1] :] if firsts else events
+
+
 def launched(events: list[dict], world_size: int, nodes: int, continued: bool) -> tuple[int, int]:
-    """The world the run was launched with: where its library continued it after a fault (`continued`: a restarted
-    group, a rollback in these processes), its first attempt's (a later one may have fewer nodes or ranks: a job that
-    continued without a node); else this attempt's `world_size` and `nodes` (a run resumed by hand, at another size
-    or not, is a run of its own)."""
-    met = any(e["event"] == "fault" for e in events)
-    first = next((e for e in events if e["event"] == "attempt" and "world_size" in e), None)
-    return (first["world_size"], first["nodes"]) if continued and met and first else (world_size, nodes)
+    """The world the run was launched with: where its library continued it after a failure (`continued`: a restarted
+    group, a rollback in these processes), this launch's first attempt's (a later one may have fewer nodes or ranks:
+    a job that continued without a node); else this attempt's `world_size` and `nodes` (a run resumed by hand, at
+    another size or not, is a run of its own)."""
+    first = next((e for e in this_launch(events) if e["event"] == "attempt" and "world_size" in e), None)
+    return (first["world_size"], first["nodes"]) if continued and first else (world_size, nodes)
+
+
+def unplanned(events: list[dict], now: float, samples: int) -> dict | None:
+    """The record's `fault` for a run that no --fault touched but that its library continued after a failure (a node
+    that a cluster lost, Slurm took down, ...): when it happened is not known, so its times are from the first
+    survivor's failed collective (or, where none failed, the next attempt's start); the steps redone are not known.
+    None where the run did not continue."""
+    mine = this_launch(events)
+    attempts = [e for e in mine if e["event"] == "attempt"]
+    if len(attempts) < 2:
+        return None
+    noticed = [e for e in mine if e["event"] == "noticed"]
+    t = noticed[0]["t"] if noticed else attempts[1]["started"]
+    firsts = sorted(e["t"] for e in mine if e["event"] == "first_step" and e["t"] > t)
+    wall = now - attempts[0]["started"]
+    return {
+        "spec": NO_FAULT,
+        "kind": "unplanned",  # a failure that no --fault asked for
+        "met": True,
+        "first_noticed_by": noticed[0]["error"] if noticed else None,
+        "restarted_s": attempts[1]["started"] - t,
+        "recovered_s": firsts[0] - t if firsts else None,
+        "steps_redone": None,
+        "attempts": len(attempts),
+        "run_wall_s": wall,
+        "goodput_samples_per_sec": samples / wall if wall > 0 else None,
+    }
 
 
 def costs(text: str | None, events: list[dict], now: float, samples: int, kept: bool = True) -> dict | None:
@@ -238,10 +271,10 @@ def costs(text: str | None, events: list[dict], now: float, samples: int, kept: 
     out in the same processes, its next step), how many steps were trained again,
     and the whole run's useful samples per second of wall time (its goodput), from the first attempt's start.
     `kept`: whether the run kept events (a --checkpoint-dir); without them whether a kill or a hang was met is not
-    known (`met` null), not "not met"."""
+    known (`met` null), not "not met". A run without a fault that its library continued after one: `unplanned`."""
     fault = parse_fault(text)
     if fault is None:
-        return None
+        return unplanned(events, now, samples) if kept else None
     said = {"spec": text, "kind": fault.kind, "rank": fault.rank, "step": fault.step or None, "factor": fault.factor}
     if fault.kind == "link-down":
         said["seconds"] = fault.seconds

@@ -5,6 +5,7 @@ and bad input is one line."""
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -108,6 +109,92 @@ def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_su
     assert steps.stdout.strip() == ""  # nothing of the failed step is left on either node
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True)
     assert left.stdout.strip() == ""
+
+
+@pytest.mark.timeout(600)
+def test_torchrun_continues_a_job_past_a_lost_node_on_slurm(slurm_env, tmp_path):
+    """`compare --scheduler slurm --restarts 1`: ddp under torchrun's elastic form on both nodes (--nnodes 1:2,
+    --max-restarts 1, n1's agent hosting the rendezvous' store), in a step that a task's end does not end.
+    `--fault kill-node:1@15` kills n2's agent and worker (a lost machine): n1's agent waits out the lost node's
+    keep-alive and last call and restarts its worker alone from the step-10 checkpoint; the run ends on the fault-free
+    run within float tolerance, and its record says what the loss cost and the world it ended with. Nothing of either
+    step is left running."""
+    out = tmp_path / "sweep"
+    cmd = py(
+        "run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --restarts 1 --fault none,kill-node:1@15 "
+        "--max-steps 30 --checkpoint-every 10 --dropout 0 --timeout-s 60 --out",
+        out,
+    )
+    run_cmd(_salloc(*cmd), timeout=500, env=slurm_env)
+    runs = {r["config"]["fault"]: r for r in _records(out) if r["backend"] == "ddp"}
+    free, lost = runs["none"], runs["kill-node:1@15"]
+    assert free["status"] == lost["status"] == "ok", (free.get("error"), lost.get("error"))
+    assert "--nnodes 1:2" in lost["command"] and "--kill-on-bad-exit=0" in lost["command"]
+    cost = lost["fault"]
+    print(f"ddp on Slurm, n2 lost: {cost}")
+    assert (lost["world_size"], lost["nodes"], lost["resumed_from_step"]) == (2, 2, 10)
+    assert (cost["met"], cost["attempts"], cost["steps_redone"]) == (True, 2, 5)
+    assert (cost["world_size_after"], cost["nodes_after"]) == (1, 1)
+    assert cost["first_noticed_s"] < cost["restarted_s"] < cost["recovered_s"] < 60 + 60
+    assert max(abs(a - b) for a, b in zip(lost["loss_history"], free["loss_history"], strict=True)) < 1e-4
+    assert abs(lost["param_checksum"] / free["param_checksum"] - 1) < 1e-5
+    assert (
+        subprocess.run(["squeue", "--steps", "--noheader"], capture_output=True, text=True, env=slurm_env).stdout == ""
+    )
+
+
+def _down_when_training(out, env) -> None:
+    """n2 taken down by Slurm (`scontrol update NodeName=n2 State=DOWN`) 2 s after the run's first training step."""
+    deadline = time.monotonic() + 180
+    while not any("first_step" in f.read_text() for f in out.glob("runs/*ddp*.ckpt/events.jsonl")):
+        assert time.monotonic() < deadline, "the run did not start training"
+        time.sleep(0.5)
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", "NodeName=n2", "State=DOWN", "Reason=distbench-test"], env=env, check=True)
+
+
+def _back_in_service(env) -> None:
+    """n2 resumed (the cluster returns a DOWN node that answers by itself, ReturnToService=2: then Slurm refuses the
+    resume as not down) and idle before the next test."""
+    subprocess.run(["scontrol", "update", "NodeName=n2", "State=RESUME"], env=env, capture_output=True)
+    deadline = time.monotonic() + 60
+    while (
+        "idle"
+        not in subprocess.run(["sinfo", "-h", "-n", "n2", "-o", "%T"], env=env, capture_output=True, text=True).stdout
+    ):
+        assert time.monotonic() < deadline, "n2 did not come back"
+        time.sleep(1)
+
+
+@pytest.mark.timeout(600)
+def test_torchrun_continues_a_job_when_slurm_takes_a_node_down(slurm_env, tmp_path):
+    """A node that Slurm itself takes down mid-run, in an allocation made with `--no-kill` (without it Slurm would end
+    the whole job): Slurm kills n2's tasks and takes n2 out of the job; ddp under torchrun's elastic form (`compare
+    --restarts 1`) continues on n1 from its last checkpoint. No --fault asked for it: the record says the run was
+    launched on 2 nodes and continued after a failure nobody planned (`fault.kind` unplanned, x1 after), and the
+    sweep's progress line says so. n2 is back in service after."""
+    out = tmp_path / "sweep"
+    cmd = py(
+        "run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --restarts 1 --max-steps 300 "
+        "--checkpoint-every 10 --dropout 0 --timeout-s 60 --out",
+        out,
+    )
+    proc = subprocess.Popen(_salloc("--no-kill", *cmd), env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _down_when_training(out, slurm_env)
+        said = proc.communicate(timeout=400)[0].decode()
+    finally:
+        proc.kill()
+        _back_in_service(slurm_env)
+    assert proc.returncode == 0, said
+    rec = next(r for r in _records(out) if r["backend"] == "ddp")
+    assert rec["status"] == "ok", rec.get("error")
+    cost = rec["fault"]
+    print(f"ddp on Slurm, n2 taken down by Slurm: {cost}; resumed from step {rec['resumed_from_step']}")
+    assert (rec["world_size"], rec["nodes"], rec["steps"], rec["topology"]["nodes"]) == (2, 2, 300, 1)
+    assert (cost["kind"], cost["attempts"], cost["world_size_after"], cost["nodes_after"]) == ("unplanned", 2, 1, 1)
+    assert 0 < rec["resumed_from_step"] < 300 and rec["resumed_from_step"] % 10 == 0
+    assert "continued after a failure (x1 after)" in said
 
 
 @pytest.mark.timeout(600)

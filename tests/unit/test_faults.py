@@ -128,13 +128,32 @@ def test_what_a_kill_cost_comes_from_the_events():
     )
     # the fault asked for but not met (the run ended first), and a run without one
     assert faults.costs("kill:1@15", events[:2], now=110.0, samples=1)["met"] is False
-    assert faults.costs("none", events, now=110.0, samples=1) is None
+    assert faults.costs("none", events[:2], now=110.0, samples=1) is None
     # a link down for 3 s that the job rode out in the same processes: its next step is the recovery, nothing redone
     rode = [*events[:2], {**events[2], "kind": "link-down"}, {"event": "next_step", "t": 106.4, "rank": 2, "step": 16}]
     cost = faults.costs("link-down:1@15:3", rode, now=110.0, samples=1920)
     assert (cost["seconds"], cost["steps_redone"], cost["attempts"]) == (3.0, 0, 1)
     assert cost["recovered_s"] == pytest.approx(3.4)
     assert cost["restarted_s"] is None and cost["first_noticed_s"] is None
+    # a run without a fault that its library continued after a failure (a node that Slurm took down): unplanned, its
+    # times from the first failed collective; the world it was launched with is this launch's first attempt's
+    unasked = [
+        {**e, "world_size": 2, "nodes": 2} if e["event"] == "attempt" else e for e in events if e["event"] != "fault"
+    ]
+    unasked[4] = {**unasked[4], "world_size": 1, "nodes": 1}
+    cost = faults.costs("none", unasked, now=110.0, samples=1920)
+    assert (cost["kind"], cost["attempts"], cost["steps_redone"], cost["first_noticed_by"]) == (
+        "unplanned",
+        2,
+        None,
+        "RuntimeError",
+    )
+    assert cost["restarted_s"] == pytest.approx(0.8) and cost["recovered_s"] == pytest.approx(3.8)
+    assert faults.launched(unasked, 1, 1, continued=True) == (2, 2) and faults.launched(unasked, 1, 1, False) == (1, 1)
+    resumed_by_hand = [*unasked, {**unasked[0], "restart": 0, "resumed_from": 20, "world_size": 4, "nodes": 2}]
+    assert faults.launched(resumed_by_hand, 4, 2, continued=False) == (4, 2)
+    assert faults.costs("none", resumed_by_hand, now=110.0, samples=1) is None  # this launch did not continue
+    assert faults.costs("none", unasked[:2], now=110.0, samples=1) is None
     # no --checkpoint-dir: no events kept, and whether a kill was met is not known (not "not met")
     assert faults.costs("kill:1@15", [], now=110.0, samples=1, kept=False)["met"] is None
 
@@ -222,4 +241,4 @@ def test_a_run_that_continued_without_a_node_is_recorded_as_launched():
     shrunk = [attempt, {"event": "fault"}, {**attempt, "world_size": 2, "nodes": 1}]
     assert faults.launched(shrunk, 2, 1, continued=True) == (4, 2)
     assert faults.launched(shrunk, 2, 1, continued=False) == (2, 1)  # resumed by hand at another size: a run of its own
-    assert faults.launched([attempt], 8, 4, continued=True) == (8, 4)
+    assert faults.launched([attempt], 2, 1, continued=True) == (4, 2)  # after a failure no --fault asked for too

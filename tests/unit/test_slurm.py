@@ -59,6 +59,34 @@ def test_each_library_has_its_slurm_launch_line():
     assert hvd[hvd.index("horovodrun") :][:5] == ["horovodrun", "-np", "8", "-H", "10.0.0.1:4,10.0.0.2:4"]
 
 
+def test_the_launchers_that_continue_a_job_have_their_slurm_form():
+    """compare --restarts on Slurm: torchrun's elastic form on every node (--nnodes 1:N, --max-restarts, the first
+    node's agent hosting the store, which each node's shell works out) and accelerate launch's --max_restarts, in a
+    step that a task's end does not end (a lost node's); Horovod Elastic and srun's own tasks: one line."""
+    from distbench.launching.commands import restarting_launcher
+    from distbench.sweep.configuration import SweepConfig
+    from distbench.sweep.slurm import SlurmExecutor
+
+    torch = slurm.launch_step(restarting_launcher("ddp", 2), ALLOC, PROGRAM, 2, 4, 29400, "s")
+    assert torch[:7] == ["srun", "--nodes", "2", "--ntasks", "2", "--ntasks-per-node", "1"]
+    assert "--kill-on-bad-exit=0" in torch and "--no-kill" in torch and "--kill-on-bad-exit=1" not in torch
+    assert torch[-3:-1] == ["bash", "-c"] and torch[-1] == (
+        "exec torchrun --nnodes 1:2 --nproc_per_node 4 --max-restarts=2 --rdzv-backend c10d --rdzv-endpoint "
+        '10.0.0.1:29400 --rdzv-conf "is_host=$((SLURM_NODEID == 0))" run.py --backend x'
+    )
+    acc = slurm.launch_step(restarting_launcher("accelerate", 1), ALLOC, PROGRAM, 2, 4, 29400, "s")
+    assert "--kill-on-bad-exit=0" in acc and acc[-1].startswith("exec accelerate launch --max_restarts 1 --multi_gpu")
+    executor = SlurmExecutor(alloc=ALLOC, restarts=1)
+    assert executor.launcher("deepspeed").name == executor.launcher("fabric").name == "torchrun"
+    assert executor.launcher("single") is not None  # the reference runs as it always does
+    with pytest.raises(UserError, match=r"^--restarts 1 with horovod under --scheduler slurm: not yet"):
+        executor.check([SweepConfig(task="mnist", backend="horovod", world_size=2, threads=1, nodes=2)])
+    with pytest.raises(UserError, match=r"^--restarts 1 with --slurm-launch srun: srun's own tasks restart nothing"):
+        SlurmExecutor("srun", alloc=ALLOC, restarts=1).check(
+            [SweepConfig(task="mnist", backend="ddp", world_size=2, threads=1, nodes=2)]
+        )
+
+
 def test_horovod_hosts_on_one_machine_and_an_allocation_too_small():
     one_host = slurm.Allocation("1", ("n1", "n2"), ("127.0.0.1", "127.0.0.1"))
     assert one_host.horovod_hosts(2) == ["localhost", "127.0.0.1"]  # the names horovodrun runs without ssh
