@@ -4,6 +4,7 @@ into docs/faults.md.
     python -m benchmarks.faults restarts [--rounds 3] [--steps 30] [--out docs/faults.md]
     python -m benchmarks.faults straggler [--rounds 3] [--out docs/faults.md]   # run.py compare --fault none,slow:1:3
     python -m benchmarks.faults link [--rounds 2] [--out docs/faults.md]   # run.py compare --fault none,link-down:...
+    python -m benchmarks.faults slurm [--rounds 2] [--out docs/faults.md]  # on the Slurm test cluster, started here
 
 `restarts`: MNIST on 2 simulated nodes of one process each, a checkpoint (and Horovod Elastic's commit) every 10
 steps, rank 1 (node 1's) killed (`--fault kill:1@15`), node 1 lost (`--fault kill-node:1@15`: its agent too) or rank 1
@@ -17,15 +18,21 @@ deepspeed, fabric: DeepSpeed's and Fabric's own launchers restart nothing), `acc
 `straggler`: `run.py compare` of every library at x2 with and without rank 1 computing 3 times as long; its
 report's Faults section. `link`: `run.py compare --restarts 1` of every library on 2 simulated nodes behind per-node
 links, node 1's link down after step 15 for less than the collective timeout (5 s) and for more (30 s, `--timeout-s
-20`); its report's Faults section.
+20`); its report's Faults section. `slurm`: on the Slurm test cluster of two nodes (scripts/slurm_test_cluster.sh,
+started and stopped here), `run.py compare --scheduler slurm --restarts 1` of the libraries that continue a job there
+with a killed rank, a lost node and a hung rank, its report's Faults section; then ddp with a node that Slurm itself
+takes down mid-run (`scontrol update NodeName=n2 State=DOWN`, in an allocation made with `--no-kill`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -46,6 +53,10 @@ STRAGGLER_DIR = ROOT / "docs" / "results" / "faults" / "straggler"
 LINK = "## A link that goes down"
 LINK_DIR = ROOT / "docs" / "results" / "faults" / "link-down"
 LINK_FAULTS = "none,link-down:1@15:5,link-down:1@15:30"
+SLURM = "## On a Slurm cluster"
+SLURM_DIR = ROOT / "docs" / "results" / "faults" / "slurm"
+SLURM_LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric")  # horovod: Horovod Elastic on one machine only
+SLURM_FAULTS = "none,kill:1@15,kill-node:1@15,hang:1@15"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
 
@@ -232,6 +243,109 @@ def _link_head(rounds: int, args: str, where: Path) -> str:
         "network namespace behind a link of its own (unshaped), node 1's switch port taken down after step 15 and up "
         "again 5 s or 30 s later, each library ready to continue as its users run it; the Faults section of its report:"
     )
+
+
+@app.command()
+def slurm(
+    rounds: Annotated[int, typer.Option(help="rounds of the sweep")] = 2,
+    out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
+) -> None:
+    sweep = SLURM_DIR
+    args = ["--scheduler", "slurm", "--backends", ",".join(SLURM_LIBRARIES), "--nodes", "2", "--nprocs", "1"]
+    args += ["--restarts", "1", "--fault", SLURM_FAULTS, "--timeout-s", str(HANG_TIMEOUT_S), "--max-steps", "30"]
+    args += ["--checkpoint-every", "10", "--dropout", "0", "--repeats", str(rounds), "--out"]
+    down = sweep / "node-down"
+    with test_cluster() as env:
+        if not (sweep / "results.jsonl").is_file():
+            cmd = ["salloc", "--nodes", "2", "--quiet", sys.executable, "run.py", "compare", *args, str(sweep)]
+            subprocess.run(cmd, cwd=ROOT, env=env, check=False)
+        if not (down / "results.jsonl").is_file():
+            taken_down(down, env)
+    where = sweep.relative_to(ROOT)
+    head = (
+        f"Produced by `python -m benchmarks.faults slurm --rounds {rounds}` on {machine()}, on the Slurm test cluster "
+        f"(two nodes on this machine, one core each): `salloc --nodes 2 run.py compare {' '.join(args)} {where}` (its "
+        f"report: {where}/report.md), the Faults section of its report:"
+    )
+    lines = [SLURM, "", head, "", _faults_table(sweep), "", *_down_lines(down), ""]
+    write_section(out, SLURM, lines)
+    print("\n".join(lines))
+
+
+@contextlib.contextmanager
+def test_cluster():
+    """The Slurm test cluster of two nodes (scripts/slurm_test_cluster.sh), stopped whatever happens: yields the
+    environment that uses it."""
+    folder = tempfile.mkdtemp(prefix="distbench-slurm-")
+    script = str(ROOT / "scripts" / "slurm_test_cluster.sh")
+    try:
+        conf = subprocess.run(["bash", script, "start", folder], capture_output=True, text=True, check=True).stdout
+        yield {**child_env(), "SLURM_CONF": conf.strip()}
+    finally:
+        subprocess.run(["bash", script, "stop", folder], capture_output=True, check=False)
+
+
+DOWN_COMMAND = (
+    "run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --restarts 1 --max-steps 300 "
+    "--checkpoint-every 10 --dropout 0 --timeout-s 60 --out"
+)
+
+
+def taken_down(out: Path, env: dict[str, str]) -> str:
+    """ddp's run of DOWN_COMMAND in an allocation made with --no-kill (without it Slurm would end the whole job), n2
+    taken down by Slurm 2 s after the run's first step, then back in service: the sweep's output."""
+    proc = subprocess.Popen(
+        ["salloc", "--nodes", "2", "--quiet", "--no-kill", sys.executable, *DOWN_COMMAND.split(), str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        _down_when_training(out, env)
+        return proc.communicate(timeout=400)[0].decode()
+    finally:
+        proc.kill()
+        back_in_service(env)
+
+
+def _down_when_training(out: Path, env: dict[str, str]) -> None:
+    """n2 taken down by Slurm (`scontrol update NodeName=n2 State=DOWN`) 2 s after the run's first training step."""
+    deadline = time.monotonic() + 180
+    while not any("first_step" in f.read_text() for f in out.glob("runs/*ddp*.ckpt/events.jsonl")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the run in {out} did not start training")
+        time.sleep(0.5)
+    time.sleep(2)
+    subprocess.run(["scontrol", "update", "NodeName=n2", "State=DOWN", "Reason=distbench-test"], env=env, check=True)
+
+
+def back_in_service(env: dict[str, str]) -> None:
+    """n2 resumed (the test cluster returns a DOWN node that answers by itself, ReturnToService=2: then Slurm refuses
+    the resume as not down) and idle."""
+    subprocess.run(["scontrol", "update", "NodeName=n2", "State=RESUME"], env=env, capture_output=True)
+    deadline = time.monotonic() + 60
+    sinfo = ["sinfo", "-h", "-n", "n2", "-o", "%T"]
+    while "idle" not in subprocess.run(sinfo, env=env, capture_output=True, text=True).stdout:
+        if time.monotonic() > deadline:
+            raise RuntimeError("n2 did not come back into service")
+        time.sleep(1)
+
+
+def _down_lines(down: Path) -> list[str]:
+    rec = next(json.loads(line) for line in (down / "results.jsonl").open() if '"backend": "ddp"' in line)
+    if rec["status"] != "ok":
+        return [f"A node that Slurm takes down (`{DOWN_COMMAND} ...` under `salloc --no-kill`): failed: {rec['error']}"]
+    cost = rec["fault"]
+    return [
+        f"A node that Slurm takes down: ddp, `salloc --nodes 2 --no-kill run.py {DOWN_COMMAND.removeprefix('run.py ')} "
+        f"{down.relative_to(ROOT)}`, n2 taken down by `scontrol update NodeName=n2 State=DOWN` 2 s after the first "
+        f"step: Slurm killed n2's tasks and took n2 out of the job; the first survivor's collective failed "
+        f"({cost['first_noticed_by']}), torchrun's agent on n1 restarted its worker alone {cost['restarted_s']:.1f} s "
+        f"later, from step {rec['resumed_from_step']}, its next step {cost['recovered_s']:.1f} s after the failure; "
+        f"the run ended {rec['status']} with {rec['steps']} steps at world size {cost['world_size_after']} "
+        f"(launched at {rec['world_size']}; the record's fault: unplanned, none was asked for)."
+    ]
 
 
 def _faults_table(sweep: Path) -> str:

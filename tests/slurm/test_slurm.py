@@ -5,10 +5,10 @@ and bad input is one line."""
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
+from benchmarks.faults import taken_down
 from distbench.training import fairness
 from tests.conftest import EQUIVALENCE_STEPS, MNIST_STEPS
 from tests.helpers import ROOT, assert_one_line_error, child_env, py, run_cmd
@@ -143,29 +143,6 @@ def test_torchrun_continues_a_job_past_a_lost_node_on_slurm(slurm_env, tmp_path)
     )
 
 
-def _down_when_training(out, env) -> None:
-    """n2 taken down by Slurm (`scontrol update NodeName=n2 State=DOWN`) 2 s after the run's first training step."""
-    deadline = time.monotonic() + 180
-    while not any("first_step" in f.read_text() for f in out.glob("runs/*ddp*.ckpt/events.jsonl")):
-        assert time.monotonic() < deadline, "the run did not start training"
-        time.sleep(0.5)
-    time.sleep(2)
-    subprocess.run(["scontrol", "update", "NodeName=n2", "State=DOWN", "Reason=distbench-test"], env=env, check=True)
-
-
-def _back_in_service(env) -> None:
-    """n2 resumed (the cluster returns a DOWN node that answers by itself, ReturnToService=2: then Slurm refuses the
-    resume as not down) and idle before the next test."""
-    subprocess.run(["scontrol", "update", "NodeName=n2", "State=RESUME"], env=env, capture_output=True)
-    deadline = time.monotonic() + 60
-    while (
-        "idle"
-        not in subprocess.run(["sinfo", "-h", "-n", "n2", "-o", "%T"], env=env, capture_output=True, text=True).stdout
-    ):
-        assert time.monotonic() < deadline, "n2 did not come back"
-        time.sleep(1)
-
-
 @pytest.mark.timeout(600)
 def test_torchrun_continues_a_job_when_slurm_takes_a_node_down(slurm_env, tmp_path):
     """A node that Slurm itself takes down mid-run, in an allocation made with `--no-kill` (without it Slurm would end
@@ -174,19 +151,7 @@ def test_torchrun_continues_a_job_when_slurm_takes_a_node_down(slurm_env, tmp_pa
     launched on 2 nodes and continued after a failure nobody planned (`fault.kind` unplanned, x1 after), and the
     sweep's progress line says so. n2 is back in service after."""
     out = tmp_path / "sweep"
-    cmd = py(
-        "run.py compare --scheduler slurm --backends ddp --nodes 2 --nprocs 1 --restarts 1 --max-steps 300 "
-        "--checkpoint-every 10 --dropout 0 --timeout-s 60 --out",
-        out,
-    )
-    proc = subprocess.Popen(_salloc("--no-kill", *cmd), env=slurm_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        _down_when_training(out, slurm_env)
-        said = proc.communicate(timeout=400)[0].decode()
-    finally:
-        proc.kill()
-        _back_in_service(slurm_env)
-    assert proc.returncode == 0, said
+    said = taken_down(out, slurm_env)  # DOWN_COMMAND, as benchmarks/faults.py runs it for docs/faults.md
     rec = next(r for r in _records(out) if r["backend"] == "ddp")
     assert rec["status"] == "ok", rec.get("error")
     cost = rec["fault"]
