@@ -106,6 +106,7 @@ class Told:
     detects: Callable[[Mapping[str, str]], bool]
     variables: tuple[str, ...] = TORCH_VARIABLES
     local_world_size: Callable[[Mapping[str, str]], int] | None = None
+    slurm_node: bool = False  # inside a Slurm step, this process's node is the machine Slurm numbered (SLURM_NODEID)
 
     def read(self, env: Mapping[str, str]) -> LaunchEnv:
         """This launcher's variables in `env`, as a LaunchEnv."""
@@ -113,6 +114,8 @@ class Told:
         rank, size, local_size = int(rank or 0), int(size or 1), int(local_size or 1)
         # where the launcher does not say (by hand): nodes of local_size processes each, filled in rank order
         node = int(node) if node else rank // local_size
+        if self.slurm_node and "SLURM_STEP_ID" in env and "SLURM_NODEID" in env:
+            node = int(env["SLURM_NODEID"])
         nodes = int(nodes) if nodes else max(1, size // local_size)
         launch = LaunchEnv(self.launcher, rank, int(local_rank or 0), size, local_size, int(restarts or 0), node, nodes)
         if self.local_world_size is not None:
@@ -154,7 +157,10 @@ DETECTION_ORDER = (
     # Fabric: `fabric run` runs torchrun's agent in its own process (torchrun's variables) after setting its own
     # LT_* variables, which the Fabric object reads (lightning_fabric/cli.py)
     Told(FABRIC, lambda env: "RANK" in env and "LT_CLI_USED" in env),
-    Told(TORCHRUN, lambda env: "TORCHELASTIC_RUN_ID" in env),
+    # torchrun: its c10d rendezvous numbers the nodes in the order their agents joined (GROUP_RANK), which on a
+    # cluster is any order; in a Slurm step the node is the machine, as Slurm numbers the step's nodes: the one a node
+    # fault names and the record's node names follow
+    Told(TORCHRUN, lambda env: "TORCHELASTIC_RUN_ID" in env, slurm_node=True),
     Told(BY_HAND, lambda env: "RANK" in env and "WORLD_SIZE" in env),
     Told(
         SRUN,

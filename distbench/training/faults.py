@@ -83,7 +83,7 @@ class Injector:
         """`on_cpu`: the rank computes on its CPU (not a device's, not an emulation's waits): a straggler's computation
         is timed by its main thread's CPU time, which a wait for the other ranks' exchange does not advance (DDP's
         and FSDP's backward waits for it); else by the wall clock, that wait included. `place`: the process's
-        LaunchEnv (its node, and whether a per-node agent started it), for kill-node."""
+        LaunchEnv (its node, and whether a per-node agent started it), for the node faults."""
         self.clock = time.thread_time if on_cpu else time.perf_counter
         fault = parse_fault(text)
         node, nodes = (place.node_rank, place.nodes) if place is not None else (0, 1)

@@ -25,6 +25,11 @@ def test_srun_tasks_are_read_from_slurms_variables_and_launchers_inside_a_step_w
     # torchrun (or accelerate launch, horovodrun) started inside a step: the launcher's own variables decide
     inside = {**env, "TORCHELASTIC_RUN_ID": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}
     assert LaunchEnv.read(inside).launcher == "torchrun"
+    # its c10d rendezvous may have numbered n2's agent first (GROUP_RANK 0): the node is the machine, Slurm's
+    joined_first = {**inside, "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "1"}
+    assert (LaunchEnv.read(joined_first).node_rank, LaunchEnv.read(joined_first).nodes) == (1, 2)
+    outside = {k: v for k, v in joined_first.items() if not k.startswith("SLURM_")}
+    assert LaunchEnv.read(outside).node_rank == 0
     assert LaunchEnv.read({"SLURM_JOB_ID": "42", "SLURM_PROCID": "0"}).launcher == "python"  # a batch script
 
 
