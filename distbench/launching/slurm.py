@@ -18,6 +18,11 @@ allocation's first K nodes:
   node (DeepSpeed's `--launcher slurm` form starts srun itself from one node instead; the per-node form is the one
   that needs neither ssh nor a second scheduler call).
 
+With `compare --restarts N`, the launchers that continue a job run in a step that a task's end does not end
+(`--kill-on-bad-exit=0 --no-kill`): torchrun's elastic form on every node (`--nnodes 1:K --max-restarts=N`, the first
+node's agent hosting the store: `--rdzv-conf is_host=...`, worked out by each node's shell) for ddp, fsdp, deepspeed
+and fabric, and `accelerate launch --max_restarts N` for the accelerate backends.
+
 HEAD is the first node's address as Slurm knows it (`scontrol show node`: NodeAddr), which is how a job finds its
 peers on any cluster. Nothing here runs a step: it reads the allocation and writes commands.
 """
@@ -144,10 +149,8 @@ def torchrun_step(
     them (a node that does not come back shrinks the job), the first node's agent hosting the rendezvous' store."""
     rendezvous = ["--rdzv-backend", "c10d", "--rdzv-endpoint", f"{alloc.addrs[0]}:{port}"]
     if not restarts:
-        return [*step(nodes, 1, name), "torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(nprocs)] + [
-            *rendezvous,
-            *program,
-        ]
+        agent = ["torchrun", "--nnodes", str(nodes), "--nproc_per_node", str(nprocs)]
+        return [*step(nodes, 1, name), *agent, *rendezvous, *program]
     agent = ["torchrun", "--nnodes", f"1:{nodes}", "--nproc_per_node", str(nprocs), f"--max-restarts={restarts}"]
     line = shell_line([*agent, *rendezvous, "--rdzv-conf", IS_HOST, *program])
     return [*step(nodes, 1, name, continues=True), "bash", "-c", "exec " + line]
