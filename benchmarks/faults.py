@@ -58,6 +58,9 @@ SLURM_DIR = ROOT / "docs" / "results" / "faults" / "slurm"
 SLURM_LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric")  # horovod: Horovod Elastic on one machine only
 SLURM_FAULTS = "none,kill:1@15,kill-node:1@15,hang:1@15"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+FAULTS_DOC = ROOT / "docs" / "faults.md"
+SweepRounds = Annotated[int, typer.Option(help="rounds of the sweep")]
+Document = Annotated[Path, typer.Option(help="the document whose section is written")]
 
 
 LAUNCHERS = {
@@ -200,8 +203,8 @@ def _spread(values: list[float], spec: str = ".1f") -> str:
 
 @app.command()
 def straggler(
-    rounds: Annotated[int, typer.Option(help="rounds of the sweep")] = 3,
-    out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
+    rounds: SweepRounds = 3,
+    out: Document = FAULTS_DOC,
 ) -> None:
     sweep = STRAGGLER_DIR
     if not (sweep / "results.jsonl").is_file():
@@ -222,8 +225,8 @@ def straggler(
 
 @app.command()
 def link(
-    rounds: Annotated[int, typer.Option(help="rounds of the sweep")] = 2,
-    out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
+    rounds: SweepRounds = 2,
+    out: Document = FAULTS_DOC,
 ) -> None:
     sweep = LINK_DIR
     args = ["--backends", ",".join(LIBRARIES), "--nodes", "2", "--nprocs", "1", "--link-mode", "per-node"]
@@ -247,8 +250,8 @@ def _link_head(rounds: int, args: str, where: Path) -> str:
 
 @app.command()
 def slurm(
-    rounds: Annotated[int, typer.Option(help="rounds of the sweep")] = 2,
-    out: Annotated[Path, typer.Option(help="the document whose section is written")] = ROOT / "docs" / "faults.md",
+    rounds: SweepRounds = 2,
+    out: Document = FAULTS_DOC,
 ) -> None:
     sweep = SLURM_DIR
     args = ["--scheduler", "slurm", "--backends", ",".join(SLURM_LIBRARIES), "--nodes", "2", "--nprocs", "1"]
