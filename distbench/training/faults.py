@@ -86,13 +86,8 @@ class Injector:
         LaunchEnv (its node, and whether a per-node agent started it), for the node faults."""
         self.clock = time.thread_time if on_cpu else time.perf_counter
         fault = parse_fault(text)
-        node, nodes = (place.node_rank, place.nodes) if place is not None else (0, 1)
-        # once per run: not again in an attempt that resumed past it (the events say it happened; without a
-        # checkpoint folder to keep them, not again in a restarted group, which may have fewer nodes)
-        met = any(e["event"] == "fault" for e in events.read()) if events.path else restart_count > 0
-        if fault is not None and fault.of_node and not met:
-            _check_node(text, fault.rank, nodes, fault.kind == "link-down")
-        local_rank = place.local_rank if place is not None else 0
+        node, local_rank = (place.node_rank, place.local_rank) if place is not None else (0, 0)
+        met = check_here(text, place, events, restart_count)
         self.fault = fault if fault is not None and not met and _mine(fault, rank, node, local_rank) else None
         self.riding: int | None = None  # link-down: the step after which the link went down, until the next one
         self.agent = place is not None and place.launcher in AGENTS  # this process's parent restarts its workers
@@ -161,6 +156,17 @@ def _mine(fault, rank: int, node: int, local_rank: int) -> bool:
     if fault.kind == "link-down":
         return fault.rank == node and local_rank == 0
     return fault.rank == (node if fault.kind == "kill-node" else rank)
+
+
+def check_here(text: str | None, place, events: Events, restart_count: int) -> bool:
+    """Whether the run already met its fault (once per run: not again in an attempt that resumed past it, which the
+    events say; without a checkpoint folder to keep them, not again in a restarted group, which may have fewer nodes);
+    where it has not, a node fault that this process's job cannot meet is one line (run: before anything starts)."""
+    met = any(e["event"] == "fault" for e in events.read()) if events.path else restart_count > 0
+    fault = parse_fault(text)
+    if fault is not None and fault.of_node and not met:
+        _check_node(text, fault.rank, place.nodes if place is not None else 1, fault.kind == "link-down")
+    return met
 
 
 def _check_node(text: str, node: int, nodes: int, needs_link: bool) -> None:

@@ -477,6 +477,7 @@ def run(cfg: RunConfig) -> dict:
     node_cores = topology.confine(launch_env)  # a simulated node: its share of the cores, before any thread starts
     cfg = with_defaults(cfg)
     validate(cfg, launch_env.world_size)
+    faults.check_here(cfg.fault, launch_env, faults.Events(cfg.checkpoint_dir), launch_env.restart_count)
     spec.check_options(cfg)
     check_output_writable(cfg.output, launch_env.is_main)
     threads = cfg.threads or default_threads(launch_env.local_world_size)
