@@ -18,10 +18,11 @@ demo: setup
 # a time, it kept 1.4 of the 2 cores busy on average (each launch starts with its launcher alone on one core), and
 # none of its checks there depends on the machine being otherwise idle. Last, alone, the tests marked `alone`, whose
 # checks do (a shaped link's rate, the host's network namespaces). The exit status is a failure if any pass failed.
+# Each pass hands out its modules the longest first (tests/durations.txt; xdist's reordering by test count is off).
 test: setup
 	@shared=$$(mktemp -d); export DISTBENCH_TEST_SHARED=$$shared; \
-	$(PY) -m pytest -q -n 3 --dist loadfile tests/unit tests/cli tests/benchmarks tests/slurm; first=$$?; \
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not alone" tests/multiproc; second=$$?; \
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder tests/unit tests/cli tests/benchmarks tests/slurm; first=$$?; \
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not alone" tests/multiproc; second=$$?; \
 	$(PY) -m pytest -q -m alone tests/multiproc; third=$$?; \
 	rm -rf "$$shared"; exit $$(( first || second || third ))
 

@@ -30,8 +30,24 @@ class MissingMRData(pytest.Item):
         return self.path, None, self.name
 
 
+DURATIONS = Path(__file__).with_name("durations.txt")
+
+
+def longest_first(items: list) -> None:
+    """The modules in the order of their last duration (tests/durations.txt), the longest first, each module's tests in
+    their own order: xdist's loadfile hands modules to its workers in this order (make test turns off its reordering
+    by test count, which started the slowest modules last and left one worker running 2 minutes alone)."""
+    seconds = {}
+    for line in DURATIONS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            took, module = line.split()
+            seconds[module] = float(took)
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))  # stable: a module's order kept
+
+
 @pytest.hookimpl(trylast=True)  # after -k/-m have deselected what they deselect
 def pytest_collection_modifyitems(session, config, items):
+    longest_first(items)
     needing = [item for item in items if "mr_dir" in getattr(item, "fixturenames", ())]
     if not needing:
         return
