@@ -296,28 +296,51 @@ DOWN_COMMAND = (
 
 def taken_down(out: Path, env: dict[str, str]) -> str:
     """ddp's run of DOWN_COMMAND in an allocation made with --no-kill (without it Slurm would end the whole job), n2
-    taken down by Slurm 2 s after the run's first step, then back in service: the sweep's output."""
-    proc = subprocess.Popen(
-        ["salloc", "--nodes", "2", "--quiet", "--no-kill", sys.executable, *DOWN_COMMAND.split(), str(out)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        _down_when_training(out, env)
-        return proc.communicate(timeout=400)[0].decode()
-    finally:
-        proc.kill()
-        back_in_service(env)
+    taken down by Slurm 2 s after the run's first step, then back in service: the sweep's output (also kept next to
+    the sweep's folder, in OUT.log)."""
+    log = out.with_name(out.name + ".log")
+    with log.open("wb") as said:
+        proc = subprocess.Popen(
+            [
+                "salloc",
+                "--nodes",
+                "2",
+                f"--immediate={DOWN_WAIT_S}",
+                "--no-kill",
+                sys.executable,
+                *DOWN_COMMAND.split(),
+                str(out),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=said,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _down_when_training(out, proc, log, env)
+            proc.wait(timeout=DOWN_WAIT_S)
+        finally:
+            proc.kill()
+            back_in_service(env)
+    return log.read_text()
 
 
-def _down_when_training(out: Path, env: dict[str, str]) -> None:
-    """n2 taken down by Slurm (`scontrol update NodeName=n2 State=DOWN`) 2 s after the run's first training step."""
-    deadline = time.monotonic() + 180
+DOWN_WAIT_S = 420  # for the allocation, the single-process reference and ddp's first step; then for the rest
+
+
+def _down_when_training(out: Path, proc: subprocess.Popen, log: Path, env: dict[str, str]) -> None:
+    """n2 taken down by Slurm (`scontrol update NodeName=n2 State=DOWN`) 2 s after the run's first training step;
+    the sweep's own output and Slurm's view of the job if it ends or stalls before that step."""
+    deadline = time.monotonic() + DOWN_WAIT_S
     while not any("first_step" in f.read_text() for f in out.glob("runs/*ddp*.ckpt/events.jsonl")):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the run in {out} did not start training")
+        if proc.poll() is not None or time.monotonic() > deadline:
+            queue = subprocess.run(["squeue", "--steps"], env=env, capture_output=True, text=True).stdout
+            nodes = subprocess.run(["sinfo", "-N"], env=env, capture_output=True, text=True).stdout
+            ended = "ended" if proc.poll() is not None else f"had not started after {DOWN_WAIT_S} s"
+            raise RuntimeError(
+                f"ddp's run in {out} {ended} before its first step; salloc said:\n{log.read_text()[-3000:]}\n"
+                f"squeue --steps:\n{queue}\nsinfo -N:\n{nodes}"
+            )
         time.sleep(0.5)
     time.sleep(2)
     subprocess.run(["scontrol", "update", "NodeName=n2", "State=DOWN", "Reason=distbench-test"], env=env, check=True)

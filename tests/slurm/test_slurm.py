@@ -112,7 +112,7 @@ def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_su
     assert left.stdout.strip() == ""
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1000)
 def test_torchrun_continues_a_job_when_slurm_takes_a_node_down(slurm_env, tmp_path):
     """A node that Slurm itself takes down mid-run, in an allocation made with `--no-kill` (without it Slurm would end
     the whole job): Slurm kills n2's tasks and takes n2 out of the job; ddp under torchrun's elastic form (`compare
