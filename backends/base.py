@@ -96,11 +96,13 @@ class Backend:
         zero_stage: int = 0,
         max_grad_norm: float | None = None,
         loader_workers: int = 0,
+        resumes_from: int | None = None,
     ):
         """A backend for the process that `launch` describes (read before any setup): `precision` fp32 or bf16
         (autocast), `timeout_s` how long a collective waits for a missing rank, `accumulate` micro-batches per
-        optimizer step, `grad_compression` the gradients' type on the wire (none, fp16, bf16). Nothing starts
-        before `setup()`."""
+        optimizer step, `grad_compression` the gradients' type on the wire (none, fp16, bf16), `resumes_from` the
+        world size that wrote the checkpoint this run resumes from (None: it starts afresh). Nothing starts before
+        `setup()`."""
         self.launch = launch
         self.precision = precision
         self.timeout_s = timeout_s
@@ -109,6 +111,7 @@ class Backend:
         self.zero_stage = zero_stage  # DeepSpeed's ZeRO stage (the registry refuses it for the other backends)
         self.max_grad_norm = max_grad_norm  # for a library that configures clipping once (DeepSpeed's config)
         self.loader_workers = loader_workers  # each loader's worker processes (0: this process loads)
+        self.resumes_from = resumes_from  # for a library told at set-up how it will load a checkpoint (DeepSpeed's)
         self.rank, self.world_size, self.local_rank = 0, 1, 0
         self.device = torch.device("cpu")
         self._train_sampler: GlobalBatchSampler | None = None
@@ -136,14 +139,16 @@ class Backend:
     def commit(self) -> None:
         """Keep the state that a rollback returns to (every --commit-every steps); nothing where there is none."""
 
-    def resized(self, rank: int, world_size: int, local_rank: int) -> None:
-        """After the world changed size in these processes (an elastic library's survivors): this rank's place in it,
-        and its share of each global batch and of the test set (the global batch is kept: every step averages the
-        gradient of the same samples as before, split across fewer ranks)."""
-        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+    def resized(self, now: LaunchEnv) -> None:
+        """After the world changed size in these processes (an elastic library's survivors): this rank's place in it
+        (`now`: the ranks, sizes and nodes as the library numbers them now), and its share of each global batch and
+        of the test set (the global batch is kept: every step averages the gradient of the same samples as before,
+        split across fewer ranks)."""
+        self.launch = now
+        self.rank, self.world_size, self.local_rank = now.rank, now.world_size, now.local_rank
         for sampler in (self._train_sampler, self._eval_sampler):
             if sampler is not None:
-                sampler.resplit(rank, world_size)
+                sampler.resplit(now.rank, now.world_size)
 
     def place_on_gpu(self) -> str:
         """Put this process on its GPU, where there is one, before its process group is made (torch.cuda.set_device,
@@ -249,9 +254,9 @@ class Backend:
         at another world size, else why it cannot (kept in checkpoint.pt: training/checkpoint.check_library)."""
         raise NotImplementedError(f"the {self.name} backend keeps whole tensors (own_checkpoint is None)")
 
-    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str, written_by: int) -> None:
-        """Where `own_checkpoint` is set: load what `save_own_checkpoint` wrote as `tag` with `written_by` processes,
-        at this world size (every rank calls it)."""
+    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        """Where `own_checkpoint` is set: load what `save_own_checkpoint` wrote as `tag` with `resumes_from`
+        processes, at this world size (every rank calls it)."""
         raise NotImplementedError(f"the {self.name} backend keeps whole tensors (own_checkpoint is None)")
 
     def accumulation(self, model: nn.Module, sync: bool) -> contextlib.AbstractContextManager:

@@ -51,7 +51,16 @@ def ds_config(backend: DeepSpeedBackend, micro_batch: int) -> dict:
     config["gradient_clipping"] = backend.max_grad_norm if backend.max_grad_norm is not None else 0.0
     if backend.grad_compression != "none":
         config["communication_data_type"] = backend.grad_compression
+    # DeepSpeed: a ZeRO checkpoint written by another world size loads as a universal checkpoint (each parameter's
+    # whole fp32 value and optimizer state), which its users ask for here (said either way: Accelerate's plugin
+    # takes this config before the world size is known and is updated with it in prepare)
+    config["checkpoint"] = {"load_universal": resharded(backend)}
     return config
+
+
+def resharded(backend: DeepSpeedBackend) -> bool:
+    """Whether the run resumes from a checkpoint whose ZeRO partitions another world size wrote."""
+    return backend.zero_stage > 0 and backend.resumes_from not in (None, backend.world_size)
 
 
 COUNTED_STEPS = 2  # optimizer steps whose gradients are counted (ZeroEngine.engine_made)
@@ -229,8 +238,8 @@ class ZeroEngine:
         self.barrier()  # every rank's files are written before rank 0 commits checkpoint.pt
         return not_universal(self._engine, self.zero_stage)
 
-    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str, written_by: int) -> None:
-        if written_by != self.world_size and self.zero_stage > 0:
+    def load_own_checkpoint(self, model: nn.Module, folder: Path, tag: str) -> None:
+        if resharded(self):  # the engine was configured to load a universal checkpoint (ds_config)
             tag = self._universal(folder, tag)
         # the scheduler is the loop's (in checkpoint.pt), not the engine's
         path, _ = self._engine.load_checkpoint(str(folder), tag=tag, load_lr_scheduler_states=False)
@@ -244,9 +253,6 @@ class ZeroEngine:
         if self.is_main and not (folder / universal / "zero").is_dir():
             to_universal(folder / tag, folder / universal)
         self.barrier()
-        # DeepSpeed: what its users set in ds_config ("checkpoint": {"load_universal": true}) to load one; the
-        # engine reads it at load_checkpoint, so it is set for this load only
-        self._engine._config.load_universal_checkpoint = True
         return universal
 
     def gradient_all_reduce(self, t: torch.Tensor) -> None:

@@ -182,7 +182,7 @@ class Checkpointer:
         """The model and optimizer as `save` left them (on every rank)."""
         backend, parts = self.backend, self.parts
         if ckpt.library is not None:
-            backend.load_own_checkpoint(parts.model, self.library_dir, ckpt.library["tag"], ckpt.world_size)
+            backend.load_own_checkpoint(parts.model, self.library_dir, ckpt.library["tag"])
             return
         backend.load_model_state_dict(parts.model, ckpt.model)
         backend.load_optimizer_state_dict(parts.model, parts.optimizer, ckpt.optimizer)
@@ -501,6 +501,7 @@ def run(cfg: RunConfig) -> dict:
         zero_stage=cfg.zero_stage,
         max_grad_norm=cfg.clip_norm,
         loader_workers=cfg.loader_workers,
+        resumes_from=resume.world_size if resume is not None else None,
     )
     backend.setup()
     clock.mark("process_group")

@@ -34,3 +34,24 @@ def test_a_checkpoint_reshards_where_the_universal_checkpoint_carries_its_whole_
     engine = engine_holding(make([torch.nn.Parameter(torch.zeros(3))], lr=0.1))
     why = not_universal(engine, stage)
     assert why is None if fragment is None else fragment in why
+
+
+@pytest.mark.parametrize(
+    ("stage", "written_by", "world_size", "universal"),
+    [
+        (2, None, 2, False),  # a fresh start
+        (2, 2, 2, False),  # the partitions this world size wrote
+        (2, 2, 1, True),  # another world size's partitions: DeepSpeed loads them as a universal checkpoint
+        (0, 2, 1, False),  # ZeRO-0: every rank wrote the whole state
+    ],
+)
+def test_the_config_asks_for_a_universal_checkpoint_where_the_partitions_change(
+    stage, written_by, world_size, universal
+):
+    """As DeepSpeed's users ask for one: `"checkpoint": {"load_universal": true}` in ds_config, said either way."""
+    from distbench.backends.deepspeed_backend import DeepSpeedBackend, ds_config
+    from distbench.process import LaunchEnv
+
+    backend = DeepSpeedBackend(LaunchEnv("python"), zero_stage=stage, resumes_from=written_by)
+    backend.world_size = world_size
+    assert ds_config(backend, micro_batch=8)["checkpoint"] == {"load_universal": universal}
