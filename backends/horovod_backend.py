@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import torch
 from torch import nn
@@ -93,7 +94,10 @@ class HorovodBackend(Backend):
         """Horovod Elastic re-initialised Horovod over the workers left: this rank's place, and its share of the
         data, in the world of the new size."""
         try:
-            self.resized(hvd.rank(), hvd.size(), hvd.local_rank())
+            # Horovod: its cross rank and size number the hosts left, as its local ones a host's workers
+            hosts = dict(node_rank=hvd.cross_rank(), nodes=hvd.cross_size())
+            ranks = dict(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank())
+            self.resized(replace(self.launch, **ranks, local_world_size=hvd.local_size(), **hosts))
         except ValueError as e:
             raise UserError(
                 f"Horovod Elastic continued with {hvd.size()} process(es): {e}; distbench keeps the "

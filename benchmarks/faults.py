@@ -55,7 +55,7 @@ LINK_DIR = ROOT / "docs" / "results" / "faults" / "link-down"
 LINK_FAULTS = "none,link-down:1@15:5,link-down:1@15:30"
 SLURM = "## On a Slurm cluster"
 SLURM_DIR = ROOT / "docs" / "results" / "faults" / "slurm"
-SLURM_LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric")  # horovod: Horovod Elastic on one machine only
+SLURM_LIBRARIES = ("ddp", "accelerate", "horovod", "fsdp", "deepspeed", "fabric")
 SLURM_FAULTS = "none,kill:1@15,kill-node:1@15,hang:1@15"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 FAULTS_DOC = ROOT / "docs" / "faults.md"

@@ -44,6 +44,7 @@ from distbench.launching.launch import (
     SRUN,
     TORCHRUN,
     DeepSpeedLaunch,
+    Horovodrun,
     Launcher,
     PerNode,
     ShellWord,
@@ -179,19 +180,22 @@ def deepspeed_step(alloc: Allocation, program: list[str], nodes: int, nprocs: in
     return [*step(nodes, 1, name), "bash", "-c", f"trap 'rm -f {hostfile}' EXIT; {write} && {run}"]
 
 
-def horovod_step(alloc: Allocation, program: list[str], nodes: int, nprocs: int, name: str) -> list[str]:
+def horovod_step(
+    alloc: Allocation, program: list[str], nodes: int, nprocs: int, name: str, restarts: int = 0
+) -> list[str]:
     # Horovod: one horovodrun on the first node; it starts every node's processes (over ssh on a real cluster)
-    slots = ",".join(f"{host}:{nprocs}" for host in alloc.horovod_hosts(nodes))
-    return [
-        *step(1, 1, name, ["--nodelist", alloc.nodes[0]]),
-        "horovodrun",
-        "-np",
-        str(nodes * nprocs),
-        "-H",
-        slots,
-        "python",
-        *program,
-    ]
+    where = step(1, 1, name, ["--nodelist", alloc.nodes[0]])
+    hosts = alloc.horovod_hosts(nodes)
+    if not restarts:
+        slots = ",".join(f"{host}:{nprocs}" for host in hosts)
+        return [*where, "horovodrun", "-np", str(nodes * nprocs), "-H", slots, "python", *program]
+    # Horovod Elastic: the hosts from a discovery script, written by the first node's shell into its own temporary
+    # folder (as deepspeed_step's hostfile) and removed when the step ends; horovodrun blacklists a failed host
+    script = ShellWord('"${TMPDIR:-/tmp}/distbench-discover-$SLURM_JOB_ID.$SLURM_STEP_ID.sh"')
+    lines = "".join(f"echo {host}:{nprocs}\\n" for host in hosts)
+    write = f"printf '#!/bin/sh\\n{lines}' > {script} && chmod +x {script}"
+    run = shell_line(Horovodrun(restarts, script).commands(program, nprocs, hosts)[0])
+    return [*where, "bash", "-c", f"trap 'rm -f {script}' EXIT; {write} && {run}"]
 
 
 def launch_step(
@@ -203,8 +207,8 @@ def launch_step(
         return torchrun_step(alloc, program, nodes, nprocs, port, name, restarts_of(launcher))
     if launcher.name == ACCELERATE.name:
         return per_node_step(launcher, alloc, program, nodes, nprocs, port, name)
-    if launcher is HOROVODRUN:
-        return horovod_step(alloc, program, nodes, nprocs, name)
+    if launcher.name == HOROVODRUN.name:  # Horovod Elastic's is another instance
+        return horovod_step(alloc, program, nodes, nprocs, name, restarts_of(launcher))
     if launcher is DEEPSPEED:
         return deepspeed_step(alloc, program, nodes, nprocs, port, name)
     if launcher in (SRUN, PYTHON):  # one process: a step of one task on the first node

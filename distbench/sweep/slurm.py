@@ -34,7 +34,7 @@ from distbench.config import parse_fault
 from distbench.errors import UserError
 from distbench.launching import link, slurm, topology
 from distbench.launching.commands import launchers_of, restarting_launcher
-from distbench.launching.launch import ACCELERATE, BIN, HOROVODRUN, SRUN, TORCHRUN, Launcher
+from distbench.launching.launch import BIN, HOROVODRUN, SRUN, Launcher
 from distbench.process import free_port
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.executor import Executor, Started
@@ -67,7 +67,7 @@ class SlurmExecutor(Executor):
                 )
             if self.restarts and c.backend in DISTRIBUTED:
                 self._check_continues(c.backend)
-            elif self.launcher(c.backend) is HOROVODRUN:
+            if self.launcher(c.backend).name == HOROVODRUN.name:
                 self.alloc.horovod_hosts(c.nodes)
             fault = parse_fault(c.fault)
             if fault is not None and fault.kind == "link-down":
@@ -93,13 +93,7 @@ class SlurmExecutor(Executor):
         return min(len(cores) for cores in self.node_cores()[:nodes])
 
     def _check_continues(self, backend: str) -> None:
-        """A backend whose launcher that continues a job has no Slurm form here: one line."""
-        launcher = restarting_launcher(backend, self.restarts)
-        if launcher.name not in (TORCHRUN.name, ACCELERATE.name):
-            raise UserError(
-                f"--restarts {self.restarts} with {backend} under --scheduler slurm: not yet ({launcher.name}'s "
-                "elastic form is started on this machine only; torchrun's and accelerate launch's run on Slurm)"
-            )
+        """srun's own tasks, which restart nothing, asked to continue a job: one line."""
         if self.launch_form == "srun":
             raise UserError(
                 f"--restarts {self.restarts} with --slurm-launch srun: srun's own tasks restart nothing; the "
@@ -124,7 +118,7 @@ class SlurmExecutor(Executor):
         cmd = slurm.launch_step(launcher, self.alloc, program, config.nodes, config.nprocs, port, name)
         if launcher is SRUN:  # srun's own tasks meet at the first node
             return cmd, {"MASTER_ADDR": self.alloc.addrs[0], "MASTER_PORT": str(port)}
-        if launcher is HOROVODRUN:
+        if launcher.name == HOROVODRUN.name:
             # Horovod: every process confines itself to its node's cores (the ones Slurm gave that node's tasks);
             # several nodes on one host would otherwise run all of horovodrun's processes on the first node's
             cores = topology.SimulatedNodes(tuple(tuple(c) for c in self.node_cores()[: config.nodes]))

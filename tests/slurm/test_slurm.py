@@ -112,6 +112,32 @@ def test_a_killed_task_ends_its_step_the_failure_is_recorded_and_the_next_run_su
     assert left.stdout.strip() == ""
 
 
+@pytest.mark.timeout(600)
+def test_horovod_elastic_continues_on_the_first_node_when_the_second_is_lost(slurm_env, tmp_path):
+    """`compare --restarts 1` with horovod on Slurm: Horovod Elastic, one horovodrun on n1 whose discovery script n1's
+    shell wrote (the allocation's hosts); every process of node 1 killed after step 15: horovodrun blacklists its
+    host, and rank 0 rolls back to its commit at step 10 and continues alone, within float tolerance of the
+    fault-free run (the global batch kept and split over fewer ranks; dropout off). Nothing is left on either node."""
+    out = tmp_path / "sweep"
+    cmd = py(
+        "run.py compare --scheduler slurm --backends horovod --nodes 2 --nprocs 1 --restarts 1 --max-steps 30 "
+        "--checkpoint-every 10 --dropout 0 --timeout-s 60 --fault none,kill-node:1@15 --out",
+        out,
+    )
+    run_cmd(_salloc(*cmd), timeout=500, env=slurm_env)
+    runs = {r["config"]["fault"]: r for r in _records(out) if r["backend"] == "horovod"}
+    rec, free = runs["kill-node:1@15"], runs["none"]
+    cost = rec["fault"]
+    print(f"horovod on Slurm, node 1 lost: {cost}")
+    assert (rec["status"], rec["resumed_from_step"], rec["steps"], rec["nodes"]) == ("ok", 10, 30, 2), rec.get("error")
+    assert (cost["met"], cost["attempts"], cost["steps_redone"]) == (True, 2, 5)
+    assert (cost["world_size_after"], cost["nodes_after"], rec["topology"]["nodes"]) == (1, 1, 1)
+    assert "--host-discovery-script" in rec["command"] and rec["scheduler"]["name"] == "slurm"
+    assert max(abs(a - b) for a, b in zip(rec["loss_history"], free["loss_history"], strict=True)) < 1e-4
+    steps = subprocess.run(["squeue", "--steps", "--noheader"], capture_output=True, text=True, env=slurm_env)
+    assert steps.stdout.strip() == ""
+
+
 @pytest.mark.timeout(1000)
 def test_torchrun_continues_a_job_when_slurm_takes_a_node_down(slurm_env, tmp_path):
     """A node that Slurm itself takes down mid-run, in an allocation made with `--no-kill` (without it Slurm would end

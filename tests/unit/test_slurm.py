@@ -67,7 +67,8 @@ def test_each_library_has_its_slurm_launch_line():
 def test_the_launchers_that_continue_a_job_have_their_slurm_form():
     """compare --restarts on Slurm: torchrun's elastic form on every node (--nnodes 1:N, --max-restarts, the first
     node's agent hosting the store, which each node's shell works out) and accelerate launch's --max_restarts, in a
-    step that a task's end does not end (a lost node's); Horovod Elastic and srun's own tasks: one line."""
+    step that a task's end does not end (a lost node's); Horovod Elastic on the first node, its discovery script
+    written there; srun's own tasks: one line."""
     from distbench.launching.commands import restarting_launcher
     from distbench.sweep.configuration import SweepConfig
     from distbench.sweep.slurm import SlurmExecutor
@@ -84,8 +85,15 @@ def test_the_launchers_that_continue_a_job_have_their_slurm_form():
     executor = SlurmExecutor(alloc=ALLOC, restarts=1)
     assert executor.launcher("deepspeed").name == executor.launcher("fabric").name == "torchrun"
     assert executor.launcher("single") is not None  # the reference runs as it always does
-    with pytest.raises(UserError, match=r"^--restarts 1 with horovod under --scheduler slurm: not yet"):
-        executor.check([SweepConfig(task="mnist", backend="horovod", world_size=2, threads=1, nodes=2)])
+    hvd = slurm.launch_step(executor.launcher("horovod"), ALLOC, PROGRAM, 2, 4, 29400, "s")
+    assert hvd[:3] == ["srun", "--nodes", "1"] and hvd[hvd.index("--nodelist") + 1] == "n1"
+    script = '"${TMPDIR:-/tmp}/distbench-discover-$SLURM_JOB_ID.$SLURM_STEP_ID.sh"'
+    assert hvd[-3:-1] == ["bash", "-c"] and hvd[-1] == (
+        f"trap 'rm -f {script}' EXIT; printf '#!/bin/sh\\necho 10.0.0.1:4\\necho 10.0.0.2:4\\n' > {script} && chmod +x "
+        f"{script} && horovodrun -np 8 --min-np 4 --max-np 8 --reset-limit 1 --host-discovery-script {script} python "
+        "run.py --backend x"
+    )
+    executor.check([SweepConfig(task="mnist", backend="horovod", world_size=2, threads=1, nodes=2)])
     with pytest.raises(UserError, match=r"^--restarts 1 with --slurm-launch srun: srun's own tasks restart nothing"):
         SlurmExecutor("srun", alloc=ALLOC, restarts=1).check(
             [SweepConfig(task="mnist", backend="ddp", world_size=2, threads=1, nodes=2)]
