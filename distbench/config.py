@@ -87,6 +87,12 @@ class Fault:
     def of_node(self) -> bool:
         return self.kind in NODE_FAULTS
 
+    def beyond(self, text: str, nodes: int) -> str | None:
+        """Why this fault (`text`, as given) names a node that a job of `nodes` nodes lacks; None where it does not."""
+        if self.of_node and self.rank >= nodes:
+            return f"--fault {text}: node {self.rank}, but the job has nodes 0 to {nodes - 1}"
+        return None
+
 
 def parse_fault(text: str | None) -> Fault | None:
     """The fault `text` names; None for none; ValueError for a text of no form."""

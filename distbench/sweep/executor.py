@@ -169,9 +169,7 @@ def link_error(config: SweepConfig) -> str | None:
             f"--fault {config.fault} takes a node's own link down: give --link-mode per-node and --nodes 2 or more "
             "(with one shared link there is no node's link to lose)"
         )
-    if fault is not None and fault.of_node and fault.rank >= config.nodes:
-        return f"--fault {config.fault}: node {fault.rank}, but the run has nodes 0 to {config.nodes - 1}"
-    return None
+    return fault.beyond(config.fault, config.nodes) if fault is not None else None
 
 
 class LocalExecutor(Executor):

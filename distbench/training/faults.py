@@ -165,15 +165,15 @@ def check_here(text: str | None, place, events: Events, restart_count: int) -> b
     met = any(e["event"] == "fault" for e in events.read()) if events.path else restart_count > 0
     fault = parse_fault(text)
     if fault is not None and fault.of_node and not met:
-        _check_node(text, fault.rank, place.nodes if place is not None else 1, fault.kind == "link-down")
+        _check_node(text, fault, place.nodes if place is not None else 1)
     return met
 
 
-def _check_node(text: str, node: int, nodes: int, needs_link: bool) -> None:
+def _check_node(text: str, fault, nodes: int) -> None:
     """A node fault on a node the job has; a link-down where the node has a link of its own: else one line."""
-    if node >= nodes:
-        raise UserError(f"--fault {text}: node {node}, but the job has nodes 0 to {nodes - 1}")
-    if needs_link and netns.switch() is None:
+    if (why := fault.beyond(text, nodes)) is not None:
+        raise UserError(why)
+    if fault.kind == "link-down" and netns.switch() is None:
         raise UserError(
             f"--fault {text}: the node has no link of its own here; per-node links come with compare or simulate "
             "--link-mode per-node --nodes 2 or more"

@@ -76,5 +76,5 @@ def test_a_link_down_needs_a_nodes_own_link_and_a_node_fault_a_node_the_run_has(
     )
     assert "give --link-mode per-node" in link_error(_config(link_mode="per-node", fault="link-down:0@5:3"))
     assert link_error(_config(**per_node, fault="kill-node:2@5")) == (
-        "--fault kill-node:2@5: node 2, but the run has nodes 0 to 1"
+        "--fault kill-node:2@5: node 2, but the job has nodes 0 to 1"
     )
