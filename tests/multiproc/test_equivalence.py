@@ -61,22 +61,27 @@ def test_exact_evaluation_at_world_size_3(tmp_path):
     assert rec["world_size"] == 3 and rec["eval_count"] == 500  # 167 + 167 + 166, none padded
 
 
+# each backend's run with loader workers; ddp's leaves pinning off too (one run serves both tests: neither changes what
+# the other checks, the loss bit for bit with one thread per process)
+LOADED = {"ddp": ("--loader-workers", "2", "--no-pin-cores"), "accelerate": ("--loader-workers", "2")}
+
+
 @pytest.mark.multiproc
 @pytest.mark.timeout(300)
-def test_no_pin_cores_leaves_the_processes_unpinned(tmp_path):
+def test_no_pin_cores_leaves_the_processes_unpinned(mnist_run):
     """Where pinning would apply (two processes, a core each), --no-pin-cores leaves it off."""
-    rec = run_launch(tmp_path, "ddp", 2, ["--max-steps", "2", "--no-pin-cores"])
+    rec = mnist_run("ddp", 2, *LOADED["ddp"])
     assert rec["environment"]["pinned_cores"] is None and rec["config"]["pin_cores"] is False
 
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("backend", ["ddp", "accelerate"])
+@pytest.mark.parametrize("backend", sorted(LOADED))
 def test_loader_workers_load_the_same_batches_in_the_same_order(mnist_run, backend):
     """--loader-workers: worker processes fetch and collate, the sampler stays in the training process: the same
     batches in the same order, so the same loss at every step, bit for bit, through the base loader (ddp) and through
     the loader Accelerate rebuilds in prepare(); every test sample evaluated once."""
-    plain, loaded = mnist_run(backend, 2), mnist_run(backend, 2, "--loader-workers", "2")
+    plain, loaded = mnist_run(backend, 2), mnist_run(backend, 2, *LOADED[backend])
     assert loaded["config"]["loader_workers"] == 2 and plain["config"]["loader_workers"] == 0
     assert loaded["loss_history"] == plain["loss_history"] and loaded["eval_count"] == 500
 

@@ -6,12 +6,10 @@ import time
 import pytest
 
 from distbench.training import faults
+from tests.conftest import MNIST_ARGS, MNIST_STEPS
 from tests.helpers import child_env, launch, read_record, run_cmd
 
 TIMEOUT_S = 60
-
-
-COMMON = ["--no-progress", "--threads", "1", "--timeout-s", str(TIMEOUT_S)]
 
 
 def _leftovers(marker: str) -> str:
@@ -48,35 +46,16 @@ def test_a_hung_rank_stops_the_job_within_the_timeout(tmp_path, backend, noticed
     assert timeout_s + noticed_by - 1 <= noticed["t"] - hung < timeout_s + 30  # nothing noticed it sooner
 
 
-def _resume_run(tmp_path, name, backend="ddp", launcher=None, fault=None, steps=30, timeout_s=TIMEOUT_S):
+def _resume_run(tmp_path, name, backend="ddp", launcher=None, fault=None, timeout_s=TIMEOUT_S):
+    """A run of conftest.mnist_run's settings (its uninterrupted run: the reference) that checkpoints every 10 steps."""
     out = tmp_path / f"{name}.json"
-    args = [
-        *COMMON[:-1],
-        str(timeout_s),
-        "--max-steps",
-        str(steps),
-        "--checkpoint-dir",
-        str(tmp_path / f"ckpt-{name}"),
-        "--checkpoint-every",
-        "10",
-        "--output",
-        str(out),
-        "--force",
-        *(["--fault", fault] if fault else []),
-    ]
+    args = [*MNIST_ARGS, "--timeout-s", str(timeout_s), "--checkpoint-dir", str(tmp_path / f"ckpt-{name}")]
+    args += ["--checkpoint-every", "10", "--output", str(out), "--force", *(["--fault", fault] if fault else [])]
     return launch(backend, 2, args, launcher), child_env(tmp_path), out
 
 
-@pytest.fixture(scope="module")
-def straight_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("straight")
-    cmd, env, out = _resume_run(tmp, "straight")
-    run_cmd(cmd, timeout=240, env=env)
-    return read_record(out)
-
-
 def _assert_same_run(rec, straight):
-    assert rec["steps"] == straight["steps"] == 30
+    assert rec["steps"] == straight["steps"] == MNIST_STEPS
     assert rec["loss_history"] == straight["loss_history"]  # exactly: same threads, same order, same RNG
     assert rec["param_checksum"] == straight["param_checksum"]
     assert rec["eval_accuracy"] == straight["eval_accuracy"]
@@ -100,15 +79,13 @@ def test_a_straggler_slows_every_step_and_changes_nothing_else(mnist_run):
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(400)
-def test_a_hung_horovod_rank_is_ended_by_the_watchdog_and_the_same_command_resumes(tmp_path):
+def test_a_hung_horovod_rank_is_ended_by_the_watchdog_and_the_same_command_resumes(tmp_path, mnist_run):
     """Horovod's cycle waits for a hung rank's tensors for ever (no timeout of its own, and horovodrun sets its stall
     shutdown off): distbench's watchdog ends rank 0 after --timeout-s + 15 s (training/faults.Watchdog), horovodrun
     ends the job, nothing is left running. The same command then resumes from its step-10 checkpoint (the fault
     happened once: the run's events say so) and ends on Horovod's uninterrupted run, bit for bit."""
     timeout_s = 15
-    straight_cmd, env, straight_out = _resume_run(tmp_path, "straight", backend="horovod", steps=20)
-    run_cmd(straight_cmd, timeout=240, env=env)
-    cmd, env, out = _resume_run(tmp_path, "hung", backend="horovod", fault="hang:1@15", steps=20, timeout_s=timeout_s)
+    cmd, env, out = _resume_run(tmp_path, "hung", backend="horovod", fault="hang:1@15", timeout_s=timeout_s)
     _killed(cmd, env, out, timeout_s)
     events = faults.Events(tmp_path / "ckpt-hung").read()
     hung = next(e["t"] for e in events if e["event"] == "fault")
@@ -117,14 +94,14 @@ def test_a_hung_horovod_rank_is_ended_by_the_watchdog_and_the_same_command_resum
     assert noticed["error"] == "distbench watchdog"
     assert timeout_s + faults.WATCHDOG_GRACE_S - 1 <= noticed["t"] - hung < timeout_s + 30  # nothing noticed sooner
     run_cmd(cmd, timeout=240, env=env)
-    a, b = read_record(straight_out), read_record(out)
-    assert b["resumed_from_step"] == 10
-    assert a["loss_history"] == b["loss_history"] and a["param_checksum"] == b["param_checksum"]
+    rec = read_record(out)
+    assert rec["resumed_from_step"] == 10
+    _assert_same_run(rec, mnist_run("horovod", 2))
 
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(400)
-def test_a_killed_fabric_run_resumes_to_ddps_uninterrupted_run(tmp_path, straight_run):
+def test_a_killed_fabric_run_resumes_to_ddps_uninterrupted_run(tmp_path, mnist_run):
     """Fabric's DDP strategy is DDP with the ddp backend's settings (backends/fabric_backend.py): killed under `fabric
     run` at step 15 and resumed from its step-10 checkpoint, it ends on ddp's uninterrupted run, bit for bit."""
     cmd, env, out = _resume_run(tmp_path, "fabric", backend="fabric", fault="kill:1@15")
@@ -133,5 +110,5 @@ def test_a_killed_fabric_run_resumes_to_ddps_uninterrupted_run(tmp_path, straigh
     assert "resuming from" in again.stderr and "at step 10" in again.stderr
     rec = read_record(out)
     assert (rec["resumed_from_step"], rec["launcher"]) == (10, "fabric run")
-    _assert_same_run(rec, straight_run)
+    _assert_same_run(rec, mnist_run("ddp", 2))
     assert (rec["fault"]["met"], rec["fault"]["attempts"], rec["fault"]["steps_redone"]) == (True, 2, 5)
