@@ -13,22 +13,18 @@ demo: setup
 
 # The tiers in three passes, sharing one folder of launched runs (tests/conftest.shared_folder: a run that several
 # tests check is launched once). First, three at a time, each module on one worker: the unit and CLI tests (one
-# process each, on 1 core) and the benchmark scripts' smoke tests, which assert what was written and computed, never
-# how fast; beside them, in a pytest of their own started first, the Slurm tests: they share the test cluster's two
-# nodes, so they run one after another (about 6 minutes, mostly waiting on jobs and rendezvous), and their output
-# follows the first pass's. Then the multi-process tier two at a time, each module on one worker: alone, one test at
+# process each, on 1 core), the benchmark scripts' smoke tests and the Slurm tests, which assert what was written and
+# computed, never how fast. Then the multi-process tier two at a time, each module on one worker: alone, one test at
 # a time, it kept 1.4 of the 2 cores busy on average (each launch starts with its launcher alone on one core), and
 # none of its checks there depends on the machine being otherwise idle. Last, alone, the tests marked `alone`, whose
 # checks do (a shaped link's rate, the host's network namespaces). The exit status is a failure if any pass failed.
 # Each pass hands out its modules the longest first (tests/durations.txt; xdist's reordering by test count is off).
 test: setup
 	@shared=$$(mktemp -d); export DISTBENCH_TEST_SHARED=$$shared; \
-	$(PY) -m pytest -q tests/slurm > "$$shared/slurm.log" 2>&1 & slurm=$$!; \
-	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder tests/unit tests/cli tests/benchmarks; first=$$?; \
-	wait $$slurm; cluster=$$?; cat "$$shared/slurm.log"; \
+	$(PY) -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder tests/unit tests/cli tests/benchmarks tests/slurm; first=$$?; \
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not alone" tests/multiproc; second=$$?; \
 	$(PY) -m pytest -q -m alone tests/multiproc; third=$$?; \
-	rm -rf "$$shared"; exit $$(( first || cluster || second || third ))
+	rm -rf "$$shared"; exit $$(( first || second || third ))
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not multiproc and not gpu"
