@@ -63,7 +63,7 @@ def compare_params() -> list:
             "--max-restarts with a c10d rendezvous, --nnodes 1:N on several nodes; accelerate launch's --max_restarts; "
             "DeepSpeed and Fabric under torchrun: each from its last checkpoint, a folder of its own, every "
             "--checkpoint-every steps; horovod: Horovod Elastic, from its last commit, --commit-every, on 2 nodes or "
-            "more; on Slurm, torchrun's and accelerate launch's forms, docs/slurm.md); its record says what a failure "
+            "more; on Slurm, the same launchers' forms there, docs/slurm.md); its record says what a failure "
             "cost (docs/faults.md).",
         ),
         param("extra", str, "", help="Extra run.py options, quoted, e.g. '--precision bf16'."),
