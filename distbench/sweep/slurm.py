@@ -66,7 +66,7 @@ class SlurmExecutor(Executor):
                     "the runs cross the cluster's own network (give none)"
                 )
             if self.restarts and c.backend in DISTRIBUTED:
-                self._check_continues(c.backend)
+                self._check_continues()
             if self.launcher(c.backend).name == HOROVODRUN.name:
                 self.alloc.horovod_hosts(c.nodes)
             fault = parse_fault(c.fault)
@@ -92,7 +92,7 @@ class SlurmExecutor(Executor):
         """The fewest cores a task may use on any of the first `nodes` nodes."""
         return min(len(cores) for cores in self.node_cores()[:nodes])
 
-    def _check_continues(self, backend: str) -> None:
+    def _check_continues(self) -> None:
         """srun's own tasks, which restart nothing, asked to continue a job: one line."""
         if self.launch_form == "srun":
             raise UserError(
