@@ -191,9 +191,11 @@ def horovod_step(
         return [*where, "horovodrun", "-np", str(nodes * nprocs), "-H", slots, "python", *program]
     # Horovod Elastic: the hosts from a discovery script, written by the first node's shell into its own temporary
     # folder (as deepspeed_step's hostfile) and removed when the step ends; horovodrun blacklists a failed host
+    from distbench.launching.topology import discovery_script
+
     script = ShellWord('"${TMPDIR:-/tmp}/distbench-discover-$SLURM_JOB_ID.$SLURM_STEP_ID.sh"')
-    lines = "".join(f"echo {host}:{nprocs}\\n" for host in hosts)
-    write = f"printf '#!/bin/sh\\n{lines}' > {script} && chmod +x {script}"
+    text = shlex.quote(discovery_script(hosts, nprocs))
+    write = f"printf '%s' {text} > {script} && chmod +x {script}"
     run = shell_line(Horovodrun(restarts, script).commands(program, nprocs, hosts)[0])
     return [*where, "bash", "-c", f"trap 'rm -f {script}' EXIT; {write} && {run}"]
 

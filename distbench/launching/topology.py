@@ -166,10 +166,15 @@ def discovering(launcher: Launcher, names: list[str], nprocs: int) -> Launcher:
 def horovod_discovery(names: list[str], nprocs: int) -> Path:
     """Horovod Elastic's host discovery script for these hosts (`name:slots` a line, as horovodrun reads them; it runs
     the script every second), written once in this machine's temporary folder; the same hosts, the same script."""
-    text = "#!/bin/sh\n" + "".join(f"echo {shlex.quote(f'{name}:{nprocs}')}\n" for name in names)
+    text = discovery_script(names, nprocs)
     path = Path(tempfile.gettempdir()) / "distbench-horovod" / f"discover-{len(names)}x{nprocs}-{_digest(text)}.sh"
     _write_once(path, text, mode=0o755)
     return path
+
+
+def discovery_script(names: list[str], nprocs: int) -> str:
+    """The text of Horovod Elastic's host discovery script that lists `names`, `nprocs` slots each."""
+    return "#!/bin/sh\n" + "".join(f"echo {shlex.quote(f'{name}:{nprocs}')}\n" for name in names)
 
 
 def _digest(text: str) -> str:

@@ -89,9 +89,9 @@ def test_the_launchers_that_continue_a_job_have_their_slurm_form():
     assert hvd[:3] == ["srun", "--nodes", "1"] and hvd[hvd.index("--nodelist") + 1] == "n1"
     script = '"${TMPDIR:-/tmp}/distbench-discover-$SLURM_JOB_ID.$SLURM_STEP_ID.sh"'
     assert hvd[-3:-1] == ["bash", "-c"] and hvd[-1] == (
-        f"trap 'rm -f {script}' EXIT; printf '#!/bin/sh\\necho 10.0.0.1:4\\necho 10.0.0.2:4\\n' > {script} && chmod +x "
-        f"{script} && horovodrun -np 8 --min-np 4 --max-np 8 --reset-limit 1 --host-discovery-script {script} python "
-        "run.py --backend x"
+        f"trap 'rm -f {script}' EXIT; printf '%s' '#!/bin/sh\necho 10.0.0.1:4\necho 10.0.0.2:4\n' > {script} "
+        f"&& chmod +x {script} && horovodrun -np 8 --min-np 4 --max-np 8 --reset-limit 1 --host-discovery-script "
+        f"{script} python run.py --backend x"
     )
     executor.check([SweepConfig(task="mnist", backend="horovod", world_size=2, threads=1, nodes=2)])
     with pytest.raises(UserError, match=r"^--restarts 1 with --slurm-launch srun: srun's own tasks restart nothing"):
