@@ -17,10 +17,10 @@ def _run(tmp_path, fault: str) -> dict:
     out, folder = tmp_path / f"{fault}.json", tmp_path / f"ckpt-{fault}"
     args = ["--max-steps", "30", *COMMON, "--timeout-s", str(TIMEOUT_S), "--checkpoint-dir", str(folder)]
     args += ["--checkpoint-every", "10", "--fault", fault, "--output", str(out)]
-    launch = launch_config("ddp", 2, 2, args, restarts=1)
-    assert all(c[c.index("--nnodes") + 1] == "1:2" for c in launch.commands)
-    env = {**child_env(tmp_path), **launch.env}
-    return run_one([resolve(c) for c in launch.commands], out, 300, tmp_path / f"{fault}.log", env, continues=True)
+    started = launch_config("ddp", 2, 2, args, restarts=1)
+    assert all(c[c.index("--nnodes") + 1] == "1:2" for c in started.commands)
+    env = {**child_env(tmp_path), **started.env}
+    return run_one([resolve(c) for c in started.commands], out, 300, tmp_path / f"{fault}.log", env, continues=True)
 
 
 def _changed_size_at_step_10(tmp_path) -> dict:
