@@ -65,6 +65,30 @@ def pytest_collection_modifyitems(session, config, items):
     items[:] = [failure, *keep]
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """DISTBENCH_TEST_CPU=FILE: each test's CPU seconds (its worker's and every process it started and waited for,
+    launched ranks included) and wall seconds, set-up to teardown, one JSON line each: what the suite's 2 cores spend
+    where (`--durations` gives wall time only, which a test's neighbours lengthen)."""
+    path = os.environ.get("DISTBENCH_TEST_CPU")
+    if not path:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu() -> float:
+        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+    c0, w0 = cpu(), time.monotonic()
+    yield
+    line = {"test": item.nodeid, "cpu_s": round(cpu() - c0, 2), "wall_s": round(time.monotonic() - w0, 2)}
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
 def pytest_terminal_summary(terminalreporter):
     if _MR:
         terminalreporter.write_line(f"MR polarity data: {_MR['where']}")
