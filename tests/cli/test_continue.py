@@ -5,7 +5,7 @@ commit (docs/faults.md); torchrun continuing without a lost node: test_lost_node
 import pytest
 
 from distbench.records import read_records
-from tests.helpers import py, run_in
+from tests.helpers import follows_after_resizing, py, run_in
 
 TIMEOUT_S = 60
 
@@ -23,12 +23,6 @@ def continued_sweep(tmp_path_factory):
     run_in(tmp, cmd, timeout=500)
     records = read_records(out / "results.jsonl")
     return out, {(r["backend"], r["config"]["fault"]): r for r in records if r["backend"] != "single"}
-
-
-def same_within_tolerance(rec, free):
-    """The run that continued with fewer ranks ends where the fault-free run does, within float tolerance."""
-    assert max(abs(a - b) for a, b in zip(rec["loss_history"], free["loss_history"], strict=True)) < 1e-4
-    assert abs(rec["param_checksum"] / free["param_checksum"] - 1) < 1e-5
 
 
 @pytest.mark.multiproc
@@ -54,7 +48,7 @@ def test_a_sweep_continues_each_library_past_a_killed_rank_and_reports_what_it_c
         assert cost["goodput_samples_per_sec"] < rec["samples_per_sec"]  # the whole run's wall, the lost steps in it
         assert (cost["world_size_after"], cost["nodes_after"]) == ((1, 1) if backend == "horovod" else (2, 2))
         if backend == "horovod":
-            same_within_tolerance(rec, free)
+            follows_after_resizing(rec, free, 10)
         else:
             assert (rec["loss_history"], rec["param_checksum"]) == (free["loss_history"], free["param_checksum"])
     assert "--max-restarts=1" in runs["ddp", "kill:1@15"]["command"]
