@@ -45,6 +45,7 @@ class BackendSpec:
     # (DeepSpeed's ZeRO: by --zero-stage, an all-reduce at 0, reduce-scatters and all-gathers at 1 to 3)
     compresses: bool = True  # whether its library sends gradients in 16 bits by a mechanism of its own
     # (--grad-compression; a sweep over it runs the others once, uncompressed)
+    spins: str = ""  # how its waiting rank keeps a core busy, where it does: what an emulated run's host check says
 
     @property
     def zero_stages(self) -> bool:
@@ -109,7 +110,16 @@ REGISTRY: dict[str, BackendSpec] = {
             "HuggingFace Accelerate",
         ),
         BackendSpec(
-            "horovod", "distbench.backends.horovod_backend:HorovodBackend", (HOROVODRUN, PYTHON), "Horovod (gloo)"
+            "horovod",
+            "distbench.backends.horovod_backend:HorovodBackend",
+            (HOROVODRUN, PYTHON),
+            "Horovod (gloo)",
+            # Horovod 0.28.1: synchronize() polls for the all-reduce's end in a loop of std::this_thread::yield
+            # (horovod/torch/mpi_ops_v2.cc, WaitAndClear), so a rank that waits for the exchange keeps its core busy
+            spins=(
+                "Horovod's ranks keep their cores busy while they wait for an exchange (its synchronize() polls in a "
+                "loop of yields), so its emulated nodes need a core each, at any dilation"
+            ),
         ),
         BackendSpec(
             "fsdp",
@@ -155,6 +165,12 @@ DISTRIBUTED = tuple(name for name, spec in REGISTRY.items() if spec.distributed)
 ALL_REDUCING = tuple(name for name in DISTRIBUTED if REGISTRY[name].exchange == "all-reduce")
 # the sharding ones: each rank holds 1/W of the parameters, gradients and optimizer state
 SHARDING = tuple(name for name in DISTRIBUTED if REGISTRY[name].exchange == "reduce-scatter")
+
+
+def spins(name: str) -> str:
+    """How backend `name`'s waiting ranks keep their cores busy ("" where they do not, or no such backend)."""
+    spec = REGISTRY.get(name)
+    return spec.spins if spec is not None else ""
 
 
 def get_spec(name: str) -> BackendSpec:

@@ -145,10 +145,6 @@ def cases(tmp: Path) -> list[Case]:
         Case("compare: a link rate tc cannot read", ["compare", "--link-rate", "100mb", "--out", str(c)]),
         Case("compare: more simulated nodes than cores", ["compare", "--nodes", "8", "--nprocs", "1", "--out", str(c)]),
         Case("simulate: a one-process backend", ["simulate", "--backend", "single"]),
-        Case(
-            "simulate: more horovodrun nodes than local host names",
-            ["simulate", "--backend", "horovod", "--nodes", "3"],
-        ),
         Case("profile: an output that is not a .json file", ["profile", "--output", str(tmp / "p.txt")]),
         Case("profile: no step to measure", ["profile", "--output", str(tmp / "p.json"), "--steps", "0"]),
         Case(

@@ -144,6 +144,13 @@ def shape(rate: str) -> None:
     _tc("tc", "qdisc", "replace", "dev", "lo", "root", *tbf_args(bits))
 
 
+def add_loopback_addresses(addrs: list[str]) -> None:
+    """Further addresses on this private namespace's loopback (127.0.0.2, ...): host names beyond localhost and
+    127.0.0.1 that horovodrun finds local, and so runs without ssh (topology.horovod_aliases)."""
+    for addr in addrs:
+        _tc("ip", "addr", "replace", f"{addr}/32", "dev", "lo")
+
+
 def format_rate(bits: float | None) -> str:
     """A rate as this module writes it: the largest unit it reaches, to 6 significant digits ("100mbit", "2.5gbit"),
     UNSHAPED for None. parse_rate reads it back."""

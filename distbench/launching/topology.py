@@ -33,9 +33,12 @@ from distbench.launching.launch import DEEPSPEED, DeepSpeedLaunch, Horovodrun, L
 from distbench.process import LOOPBACK, LaunchEnv, free_port
 
 NODE_CORES_ENV = "DISTBENCH_NODE_CORES"
-# Horovod: host names that horovodrun runs without ssh because their address is this machine's; in a private
-# network namespace (a shaped link) loopback is the only interface, so these two are all there are.
+# Horovod: host names that horovodrun runs without ssh because their address is this machine's (it counts hosts by
+# name): localhost and 127.0.0.1 in any network namespace; beyond two, further loopback addresses (127.0.0.2, ...),
+# which horovodrun finds local only where distbench has given them to the loopback of its private namespace
+# (link.add_loopback_addresses), never the host's
 HOROVOD_LOCAL_HOSTS = ("localhost", LOOPBACK)
+HOROVOD_MAX_NODES = 254  # localhost, then 127.0.0.1 to 127.0.0.253
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,18 @@ def confine(launch: LaunchEnv, env: Mapping[str, str] = os.environ) -> tuple[int
 
 def hosts(launcher: Launcher, nodes: int) -> list[str]:
     """The host names of `nodes` simulated nodes for this launcher: loopback for the agents' rendezvous; for
-    horovodrun, distinct names (it counts hosts by name) that it runs locally."""
+    horovodrun, distinct names (it counts hosts by name) that it runs locally: beyond two, loopback addresses that
+    only a private network namespace has (`horovod_aliases`; LocalExecutor enters one and adds them)."""
     if not isinstance(launcher, Horovodrun):
         return [LOOPBACK] * nodes
-    if nodes > len(HOROVOD_LOCAL_HOSTS):
-        raise UserError(
-            f"--nodes {nodes}: horovodrun can simulate at most {len(HOROVOD_LOCAL_HOSTS)} nodes on one "
-            f"host ({', '.join(HOROVOD_LOCAL_HOSTS)}: the names it runs without ssh)"
-        )
-    return list(HOROVOD_LOCAL_HOSTS[:nodes])
+    if nodes > HOROVOD_MAX_NODES:
+        raise UserError(f"--nodes {nodes}: horovodrun can simulate at most {HOROVOD_MAX_NODES} nodes on one host")
+    return [*HOROVOD_LOCAL_HOSTS[:nodes], *horovod_aliases(nodes)]
+
+
+def horovod_aliases(nodes: int) -> list[str]:
+    """The loopback addresses that horovodrun's hosts beyond the first two need on this machine (none up to two)."""
+    return [f"127.0.0.{i}" for i in range(2, nodes)]
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,7 @@ class LocalExecutor(Executor):
                     topology.hosts(launcher, c.nodes)
         if any(self._per_node(c) for c in configs) and os.geteuid() != 0:
             raise UserError("--link-mode per-node makes a network namespace per node (ip netns add): run it as root")
-        if any(link.parse_rate(c.link_rate) is not None or self._per_node(c) for c in configs):
+        if any(link.parse_rate(c.link_rate) is not None or self._per_node(c) or self._aliases(c) for c in configs):
             link.enter_private_namespace()  # returns once inside
         for c in configs if emulated else []:  # many nodes' links on one host: no more than its bridge carries
             if self._per_node(c):
@@ -207,6 +207,13 @@ class LocalExecutor(Executor):
     @staticmethod
     def _per_node(config: SweepConfig) -> bool:
         return config.link_mode == "per-node" and config.nodes > 1
+
+    @staticmethod
+    def _aliases(config: SweepConfig) -> list[str]:
+        """The loopback addresses horovodrun's simulated nodes need beyond two (topology.horovod_aliases)."""
+        if config.backend not in DISTRIBUTED or not isinstance(usual_launcher(config.backend), Horovodrun):
+            return []
+        return topology.horovod_aliases(config.nodes)
 
     def cpus_per_node(self, nodes: int) -> int:
         """Simulated nodes share this machine's usable CPUs (emulated nodes, more than the CPUs: one each)."""
@@ -217,6 +224,8 @@ class LocalExecutor(Executor):
         """The links of one run: a namespace per simulated node joined by a switch (per-node), or this namespace's
         loopback shaped (shared; unshaped where the run has no link); yields the node network, or None."""
         rate = link.dilated(config.link_rate, self.dilation)
+        if aliases := self._aliases(config):
+            link.add_loopback_addresses(aliases)  # check entered the private namespace for them
         if not self._per_node(config):
             if link.inside():
                 link.shape(rate)

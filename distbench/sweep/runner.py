@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from distbench.backends import spins
 from distbench.records import append_line, to_json
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.executor import Executor
@@ -117,7 +118,7 @@ def checked(config: SweepConfig, record: dict) -> dict:
     if differences:
         error = "the run did not run as planned: " + "; ".join(differences)
         return {**record, **config.to_record(), "status": "failed", "error": error}
-    if (invalid := host_bound_said(record.get("emulated"))) is not None:
+    if (invalid := host_bound_said(record.get("emulated"), spins(record.get("backend", "")))) is not None:
         return {**record, "status": "failed", "error": invalid}
     return record
 

@@ -45,14 +45,15 @@ VERSION = 1
 HOST_BUSY_LIMIT = 0.15
 
 
-def host_bound_said(emulated: dict | None) -> str | None:
-    """What a record says of an emulated run whose host was the bottleneck (None: it was not, or not emulated)."""
+def host_bound_said(emulated: dict | None, spins: str = "") -> str | None:
+    """What a record says of an emulated run whose host was the bottleneck (None: it was not, or not emulated);
+    `spins`: how its library's waiting ranks keep their cores busy, where they do (the registry's): then why."""
     if not emulated or not emulated.get("host_bound"):
         return None
     return (
         f"invalid emulation: the run's processes kept {emulated['host_busy_share']:.0%} of their cores busy in the "
-        f"timed window (more than {HOST_BUSY_LIMIT:.0%}): the host set the pace, not the emulated cluster; run "
-        "fewer nodes per core or a larger --dilation"
+        f"timed window (more than {HOST_BUSY_LIMIT:.0%}): the host set the pace, not the emulated cluster; "
+        f"{spins or 'run fewer nodes per core or a larger --dilation'}"
     )
 
 

@@ -12,6 +12,7 @@ from typing import SupportsFloat
 from tqdm import tqdm
 
 from distbench import records
+from distbench.backends import spins
 from distbench.errors import RecordNotWritten
 from distbench.tasks.emulated import host_bound_said
 
@@ -64,7 +65,7 @@ class Reporter:
     def summary(self, record: dict, path: Path) -> None:
         if not self.is_main:
             return
-        if (invalid := host_bound_said(record.get("emulated"))) is not None:
+        if (invalid := host_bound_said(record.get("emulated"), spins(record.get("backend", "")))) is not None:
             print(f"warning: {invalid}", file=sys.stderr, flush=True)
         acc = f"{record['eval_accuracy']:.4f}"
         if not record.get("accuracy_meaningful", True):

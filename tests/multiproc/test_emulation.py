@@ -11,8 +11,10 @@ from tests.helpers import ROOT, py, run_in
 PROFILE = ROOT / "docs" / "profiles" / "mnist-b32-cpu.json"  # MNIST's ConvNet at micro-batch 32, this machine's CPU
 # each way a library exchanges gradients: DDP's reducer buckets (torchrun), FSDP2's units, DeepSpeed's partitions
 # (its own launcher). Accelerate and Fabric wrap the model in DDP and emulate as ddp does (all eight backends were run
-# emulated by hand, docs/emulation.md); horovodrun simulates at most 2 nodes here (topology.HOROVOD_LOCAL_HOSTS).
+# emulated by hand, docs/emulation.md). Horovod's fusion runs too (horovodrun on 4 host names, two of them loopback
+# addresses of the sweep's private namespace), and its run is failed as host-bound: its waiting ranks spin.
 LIBRARIES = ("ddp", "fsdp", "deepspeed")
+SPINNING = "horovod"
 
 
 @pytest.mark.multiproc
@@ -20,13 +22,19 @@ LIBRARIES = ("ddp", "fsdp", "deepspeed")
 def test_four_emulated_nodes_of_each_library_run_on_two_cores(tmp_path):
     out = tmp_path / "sweep"
     cmd = py(
-        f"run.py compare --backends {','.join(LIBRARIES)} --nodes 4 --nprocs 1 --batch-size 128 --max-steps 6 "
-        f"--link-rate 1gbit --emulate {PROFILE} --dilation 8 --out",
+        f"run.py compare --backends {','.join((*LIBRARIES, SPINNING))} --nodes 4 --nprocs 1 --batch-size 128 "
+        f"--max-steps 6 --link-rate 1gbit --emulate {PROFILE} --dilation 8 --out",
         out,
     )
-    run_in(tmp_path, cmd, timeout=380)
+    run_in(tmp_path, cmd, timeout=380, expect_rc=1)  # the sweep exits 1: its horovod run failed, as it should
     recs = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert sorted(r["backend"] for r in recs) == sorted(LIBRARIES)  # no single-process reference: another micro-batch
+    # no single-process reference: another micro-batch
+    assert sorted(r["backend"] for r in recs) == sorted((*LIBRARIES, SPINNING))
+    (spun,) = [r for r in recs if r["backend"] == SPINNING]
+    recs = [r for r in recs if r["backend"] != SPINNING]
+    assert (spun["world_size"], spun["topology"]["nodes"], spun["status"]) == (4, 4, "failed")
+    assert "127.0.0.3:1" in spun["command"] and spun["emulated"]["host_bound"]
+    assert spun["error"].startswith("invalid emulation") and "polls in a loop of yields" in spun["error"]
     profile = json.loads(PROFILE.read_text())
     waits_ms = (profile["forward"]["median_s"] + profile["backward"]["median_s"]) * 1e3
     for r in recs:
@@ -48,4 +56,4 @@ def test_four_emulated_nodes_of_each_library_run_on_two_cores(tmp_path):
     state = {r["backend"]: r["memory_per_rank"]["optimizer_bytes"] for r in recs}
     assert state["ddp"] > 0 and state["fsdp"] < state["ddp"] / 3
     report = (out / "report.md").read_text()
-    assert "**Emulated** (3 of 3 runs)" in report and "n/a: emulated (500)" in report
+    assert "**Emulated** (3 of 3 runs)" in report  # of the runs that completed and "n/a: emulated (500)" in report

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from distbench.backends import spins
 from distbench.config import RunConfig, validate
 from distbench.emulation.profile import _modules, spread
 from distbench.errors import UserError
@@ -218,6 +219,10 @@ def test_an_emulated_run_whose_host_was_the_bottleneck_is_failed_in_a_sweep():
         "emulated": {"host_busy_share": 0.5, "host_bound": False},
     }
     assert emulated.host_bound_said(None) is None
+    # where the library's waiting ranks spin, the line says so instead of a remedy that would not help
+    assert "run fewer nodes per core" in emulated.host_bound_said(busy, spins("ddp"))
+    horovod = emulated.host_bound_said(busy, spins("horovod"))
+    assert "polls in a loop of yields" in horovod and "--dilation" not in horovod.split(";")[-1]
 
 
 def test_dilation_stretches_every_wait_and_the_step_divided_back_is_the_same():

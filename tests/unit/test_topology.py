@@ -38,8 +38,11 @@ def test_each_launcher_starts_simulated_nodes_in_its_multi_node_form(launcher, a
         )
     else:  # one horovodrun, two host names it runs without ssh
         assert "localhost:1,127.0.0.1:1" in started.commands[0]
+    # beyond two, horovodrun's hosts are loopback addresses that only distbench's private namespace has (executor)
+    assert topology.hosts(HOROVODRUN, 4) == ["localhost", "127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    assert topology.horovod_aliases(2) == [] and topology.horovod_aliases(4) == ["127.0.0.2", "127.0.0.3"]
     with pytest.raises(UserError):
-        topology.hosts(HOROVODRUN, 3)
+        topology.hosts(HOROVODRUN, topology.HOROVOD_MAX_NODES + 1)
 
 
 def test_deepspeeds_simulated_nodes_read_one_hostfile_of_their_slots():
