@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ def node_launch(
         commands = [["taskset", "-c", ",".join(map(str, cores)), *cmd] for cmd, cores in pairs]
     if inside is not None:
         commands = [inside(i, cmd) for i, cmd in enumerate(commands)]
-    return NodeLaunch(commands, {NODE_CORES_ENV: sim.env_value()})
+    return NodeLaunch(commands, {NODE_CORES_ENV: sim.env_value(), **discovery_env(launcher)})
 
 
 def deepspeed_hostfile(nodes: int, nprocs: int) -> Path:
@@ -163,19 +164,50 @@ def deepspeed_hostfile(nodes: int, nprocs: int) -> Path:
 
 
 def discovering(launcher: Launcher, names: list[str], nprocs: int) -> Launcher:
-    """`launcher`, or for Horovod Elastic, horovodrun with a discovery script that lists `names` (nprocs slots each)."""
+    """`launcher`, or for Horovod Elastic, horovodrun with a discovery script of its own that lists `names` (nprocs
+    slots each) while they live (`horovod_discovery`)."""
     if not isinstance(launcher, Horovodrun) or not launcher.restarts:
         return launcher
     return Horovodrun(launcher.restarts, str(horovod_discovery(names, nprocs)))
 
 
+HOROVOD_HOSTS_ENV = "DISTBENCH_HOROVOD_HOSTS"  # the live hosts file that a job's discovery script prints
+
+
 def horovod_discovery(names: list[str], nprocs: int) -> Path:
-    """Horovod Elastic's host discovery script for these hosts (`name:slots` a line, as horovodrun reads them; it runs
-    the script every second), written once in this machine's temporary folder; the same hosts, the same script."""
-    text = discovery_script(names, nprocs)
-    path = Path(tempfile.gettempdir()) / "distbench-horovod" / f"discover-{len(names)}x{nprocs}-{_digest(text)}.sh"
-    _write_once(path, text, mode=0o755)
-    return path
+    """Horovod Elastic's host discovery script for one job of these hosts (horovodrun runs it every second): it prints
+    the job's hosts file (`name:slots` a line, as horovodrun reads them), which lists `names` at the start and loses a
+    simulated node's line when that node goes (`drop_host`, by its kill-node fault), as a cluster's discovery drops a
+    machine that is gone. Both in a folder of their own in this machine's temporary folder, removed after the job
+    (`discarded`)."""
+    folder = Path(tempfile.mkdtemp(prefix="distbench-horovod-"))
+    hosts, script = folder / "hosts", folder / "discover.sh"
+    _write_once(hosts, "".join(f"{name}:{nprocs}\n" for name in names))
+    _write_once(script, f"#!/bin/sh\nexec cat {shlex.quote(str(hosts))}\n", mode=0o755)
+    return script
+
+
+def discovery_env(launcher: Launcher) -> dict[str, str]:
+    """What the processes of a Horovod Elastic job are told of its hosts file (empty for any other launch)."""
+    if not isinstance(launcher, Horovodrun) or not launcher.restarts:
+        return {}
+    return {HOROVOD_HOSTS_ENV: str(Path(launcher.discovery).with_name("hosts"))}
+
+
+def drop_host(env: Mapping[str, str] = os.environ) -> None:
+    """In a process of a Horovod Elastic job whose node goes: its host's line out of the job's hosts file (written
+    whole: horovodrun may read it meanwhile). Nothing for any other job."""
+    path, host = env.get(HOROVOD_HOSTS_ENV), env.get("HOROVOD_HOSTNAME")
+    if not path or not host or not Path(path).is_file():
+        return
+    lines = Path(path).read_text().splitlines()
+    _write_once(Path(path), "".join(f"{line}\n" for line in lines if line.rsplit(":", 1)[0] != host))
+
+
+def discarded(env: Mapping[str, str]) -> None:
+    """After a job: the folder of its hosts file and discovery script, if it had one."""
+    if path := env.get(HOROVOD_HOSTS_ENV):
+        shutil.rmtree(Path(path).parent, ignore_errors=True)
 
 
 def discovery_script(names: list[str], nprocs: int) -> str:

@@ -133,11 +133,11 @@ def launch_config(
         return topology.node_launch(launcher, program, nodes, world_size // nodes)
     if isinstance(launcher, Horovodrun):  # one horovodrun at the switch; each worker enters its node
         names, per_node = topology.hosts(launcher, nodes), world_size // nodes
-        (argv,) = topology.discovering(launcher, names, per_node).commands([], per_node, names)
+        launcher = topology.discovering(launcher, names, per_node)
+        (argv,) = launcher.commands([], per_node, names)
         cores = topology.SimulatedNodes.split(nodes, shared=True).env_value()  # checked: LocalExecutor.check
-        started = topology.NodeLaunch(
-            [argv[: argv.index("python")] + net.horovod_worker(program)], {topology.NODE_CORES_ENV: cores}
-        )
+        env = {topology.NODE_CORES_ENV: cores, **topology.discovery_env(launcher)}
+        started = topology.NodeLaunch([argv[: argv.index("python")] + net.horovod_worker(program)], env)
     else:
         addrs = [netns.node_addr(i) for i in range(nodes)]
         started = topology.node_launch(launcher, program, nodes, world_size // nodes, addrs, net.wrap)
@@ -245,7 +245,10 @@ class LocalExecutor(Executor):
             restarts = self.restarts if config.backend in DISTRIBUTED else 0
             launch = launch_config(config.backend, config.world_size, config.nodes, args, program, net, restarts)
             shown = launch.shell()
-            yield Started([resolve(c) for c in launch.commands], launch.env, shown, continues=restarts > 0)
+            try:
+                yield Started([resolve(c) for c in launch.commands], launch.env, shown, continues=restarts > 0)
+            finally:
+                topology.discarded(launch.env)
 
     def run_attached(self, config: SweepConfig, args: list[str], timeout_s: float) -> int:
         """One job in the foreground, its output to this terminal: its exit code. Past the timeout its processes are

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from distbench.config import NO_FAULT, parse_fault
 from distbench.errors import UserError
-from distbench.launching import netns
+from distbench.launching import netns, topology
 from distbench.process import ACCELERATE, DEEPSPEED, FABRIC, TORCHRUN
 from distbench.records import to_json
 from distbench.training.timer import process_start_unix
@@ -136,6 +136,8 @@ class Injector:
             netns.link_down(fault.rank, fault.seconds)
             self.fault, self.riding = None, step
             return
+        if fault.kind == "kill-node":
+            topology.drop_host()  # Horovod Elastic's discovery no longer lists the node (no other launcher's has one)
         if fault.kind == "kill-node" and self.agent:
             os.kill(os.getppid(), signal.SIGKILL)  # the node's agent: its parent (taskset and ip netns exec exec it)
         if fault.kind in ("kill", "kill-node"):

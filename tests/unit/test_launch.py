@@ -4,6 +4,7 @@ backend's launch commands as its registry entry names them (distbench/launching/
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -186,7 +187,19 @@ def test_each_library_continues_after_a_failure_under_its_own_launcher(tmp_path,
     }
     script = subprocess.run([horovod.discovery], capture_output=True, text=True, check=True).stdout
     assert script.split() == ["localhost:2", "127.0.0.1:2"]
-    assert topology.discovering(restarting_launcher("horovod", 2), hosts, 2).discovery == horovod.discovery
+    # each job its own hosts file, which a lost node leaves (its kill-node fault: training/faults.py) and which goes
+    # with the job; its processes are told where it is
+    assert topology.discovering(restarting_launcher("horovod", 2), hosts, 2).discovery != horovod.discovery
+    env = topology.discovery_env(horovod)
+    assert env == {topology.HOROVOD_HOSTS_ENV: str(Path(horovod.discovery).with_name("hosts"))}
+    topology.drop_host({**env, "HOROVOD_HOSTNAME": "127.0.0.1"})
+    assert subprocess.run([horovod.discovery], capture_output=True, text=True, check=True).stdout == "localhost:2\n"
+    topology.drop_host({**env, "HOROVOD_HOSTNAME": "elsewhere"})  # not one of its hosts: nothing changes
+    topology.drop_host({"HOROVOD_HOSTNAME": "localhost"})  # not a Horovod Elastic job of distbench's: nothing to do
+    assert Path(env[topology.HOROVOD_HOSTS_ENV]).read_text() == "localhost:2\n"
+    topology.discarded(env)
+    assert not Path(horovod.discovery).parent.exists()
+    assert topology.discovery_env(restarting_launcher("ddp", 2)) == {}
     check_continues(horovod, 2)
     with pytest.raises(UserError, match=r"^--restarts with horovod on one node: .* give --nodes 2 or more$"):
         check_continues(horovod, 1)
