@@ -64,8 +64,9 @@ bench-fsdp: setup
 	$(PY) run.py compare --task bert-sentiment $(if $(MR_DIR),--data-dir $(MR_DIR)) $(FSDP_SWEEP) --max-steps 8 --repeats 5 --out docs/results/fsdp/bert
 	$(PY) -m benchmarks.fsdp docs/results/fsdp/mnist docs/results/fsdp/synthetic-resnet docs/results/fsdp/bert --out docs/fsdp.md
 
-# DeepSpeed's ZeRO stages against ddp and fsdp at world sizes 1 and 2 (docs/deepspeed.md; about 40 minutes here)
-DS_SWEEP = --backends single,ddp,fsdp,deepspeed --zero-stage 0,1,2,3 --nprocs 1,2 --repeats 3
+# DeepSpeed's ZeRO stages against ddp and fsdp at world sizes 1 and 2, 5 rounds (docs/deepspeed.md; about 70 minutes
+# here: MNIST 12, ResNet-18 25, the MiniLM 33)
+DS_SWEEP = --backends single,ddp,fsdp,deepspeed --zero-stage 0,1,2,3 --nprocs 1,2 --repeats 5
 bench-deepspeed: setup
 	$(PY) run.py compare --task mnist $(DS_SWEEP) --max-steps 40 --out docs/results/deepspeed/mnist
 	$(PY) run.py compare --task synthetic-resnet --model resnet18 --batch-size 16 $(DS_SWEEP) --max-steps 6 --out docs/results/deepspeed/synthetic-resnet
