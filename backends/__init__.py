@@ -118,7 +118,7 @@ REGISTRY: dict[str, BackendSpec] = {
             # (horovod/torch/mpi_ops_v2.cc, WaitAndClear), so a rank that waits for the exchange keeps its core busy
             spins=(
                 "Horovod's ranks keep their cores busy while they wait for an exchange (its synchronize() polls in a "
-                "loop of yields), so its emulated nodes need a core each, at any dilation"
+                "loop of yields), at any dilation: an emulated Horovod rank cannot leave its core free"
             ),
         ),
         BackendSpec(

@@ -39,6 +39,7 @@ from typing import Annotated
 import typer
 
 from benchmarks.harness import ROOT, child_env, machine, write_section
+from distbench.launching import topology
 from distbench.launching.commands import restarting_launcher
 from distbench.launching.launch import resolve
 from distbench.sweep.executor import launch_config, run_one
@@ -79,14 +80,17 @@ def one_run(backend: str, fault: str, steps: int, folder: Path) -> dict:
     args += ["--checkpoint-dir", str(ckpt), "--checkpoint-every", "10", "--fault", fault, "--output", str(out)]
     launch = launch_config(backend, 2, 2, args, restarts=1)
     launcher = LAUNCHERS[restarting_launcher(backend, 1).name]
-    rec = run_one(
-        [resolve(c) for c in launch.commands],
-        out,
-        timeout + 240,
-        folder / f"{backend}-{fault}.log",
-        {**child_env(), **launch.env},
-        continues=True,
-    )
+    try:
+        rec = run_one(
+            [resolve(c) for c in launch.commands],
+            out,
+            timeout + 240,
+            folder / f"{backend}-{fault}.log",
+            {**child_env(), **launch.env},
+            continues=True,
+        )
+    finally:
+        topology.discarded(launch.env)  # Horovod Elastic's hosts file and discovery script
     run = {"backend": backend, "fault": fault, "launcher": launcher, "ok": rec["status"] == "ok"}
     return {**run, "ended_s": rec["elapsed_s"], **({"record": rec} if run["ok"] else {})}
 

@@ -22,9 +22,11 @@ def child_env(tmp_path: Path | None = None, **extra: str) -> dict:
     """The benchmarks' child environment (offline, unbuffered), one thread per process, and with tmp_path a data
     cache of the test's own."""
     cache = {"DISTBENCH_CACHE": str(tmp_path / "cache")} if tmp_path is not None else {}
-    return harness.child_env(
+    env = harness.child_env(
         TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", **cache, **extra
     )
+    env.pop("DISTBENCH_TEST_CPU", None)  # a pytest the test starts (test_fresh_clone) records nothing of its own
+    return env
 
 
 def run_cmd(cmd: list[str], timeout: float, env: dict | None = None, expect_rc: int | None = 0, cwd: Path = ROOT):

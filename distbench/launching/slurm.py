@@ -104,8 +104,13 @@ class Allocation:
                     f"nodes {', '.join(self.nodes[:nodes])} share the address {addrs[0]}: horovodrun "
                     "needs one host per node"
                 )
-            from distbench.launching.topology import hosts
+            from distbench.launching.topology import HOROVOD_LOCAL_HOSTS, hosts
 
+            if nodes > len(HOROVOD_LOCAL_HOSTS):  # further loopback names exist only in a local run's own namespace
+                raise UserError(
+                    f"--nodes {nodes}: these nodes share this machine's address, and horovodrun runs at most "
+                    f"{len(HOROVOD_LOCAL_HOSTS)} such hosts without ssh ({', '.join(HOROVOD_LOCAL_HOSTS)})"
+                )
             return hosts(HOROVODRUN, nodes)
         return addrs
 

@@ -19,7 +19,6 @@ cannot inherit a per-node affinity mask. The agents of torchrun and accelerate l
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shlex
 import shutil
@@ -198,10 +197,15 @@ def drop_host(env: Mapping[str, str] = os.environ) -> None:
     """In a process of a Horovod Elastic job whose node goes: its host's line out of the job's hosts file (written
     whole: horovodrun may read it meanwhile). Nothing for any other job."""
     path, host = env.get(HOROVOD_HOSTS_ENV), env.get("HOROVOD_HOSTNAME")
-    if not path or not host or not Path(path).is_file():
+    if not path or not host:
         return
-    lines = Path(path).read_text().splitlines()
-    _write_once(Path(path), "".join(f"{line}\n" for line in lines if line.rsplit(":", 1)[0] != host))
+    hosts, partial = Path(path), Path(f"{path}.{os.getpid()}")
+    try:  # the job may be gone with its folder meanwhile: then there is nothing to update
+        kept = [line for line in hosts.read_text().splitlines() if line.rsplit(":", 1)[0] != host]
+        partial.write_text("".join(f"{line}\n" for line in kept))
+        partial.replace(hosts)
+    except OSError:
+        partial.unlink(missing_ok=True)
 
 
 def discarded(env: Mapping[str, str]) -> None:
@@ -213,10 +217,6 @@ def discarded(env: Mapping[str, str]) -> None:
 def discovery_script(names: list[str], nprocs: int) -> str:
     """The text of Horovod Elastic's host discovery script that lists `names`, `nprocs` slots each."""
     return "#!/bin/sh\n" + "".join(f"echo {shlex.quote(f'{name}:{nprocs}')}\n" for name in names)
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def _write_once(path: Path, text: str, mode: int = 0o644) -> None:

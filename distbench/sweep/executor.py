@@ -128,7 +128,7 @@ def launch_config(
     launcher = restarting_launcher(backend, restarts) if restarts else usual_launcher(backend)
     if nodes == 1:
         launcher = topology.discovering(launcher, [LOOPBACK], world_size)
-        return topology.NodeLaunch([local_argv(launcher, program, world_size)], {})
+        return topology.NodeLaunch([local_argv(launcher, program, world_size)], topology.discovery_env(launcher))
     if net is None:
         return topology.node_launch(launcher, program, nodes, world_size // nodes)
     if isinstance(launcher, Horovodrun):  # one horovodrun at the switch; each worker enters its node

@@ -165,8 +165,9 @@ def test_default_threads_follow_the_cpus_this_process_may_use(monkeypatch):
 
 def test_each_library_continues_after_a_failure_under_its_own_launcher(tmp_path, monkeypatch):
     """compare --restarts: torchrun's and accelerate launch's agents restart the group; horovodrun runs Horovod
-    Elastic, over the hosts its discovery script lists (a script distbench writes once per host list), from one
-    node's processes to every node's; on one node it cannot continue (its one host is blacklisted): one line."""
+    Elastic, over the hosts its discovery script lists (a hosts file of the job's own, which a lost node leaves),
+    from one node's processes to every node's; on one node it cannot continue (its one host is blacklisted): one
+    line."""
     from distbench.launching import topology
     from distbench.launching.commands import restarting_launcher
     from distbench.sweep.executor import check_continues

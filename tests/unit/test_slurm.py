@@ -103,6 +103,9 @@ def test_the_launchers_that_continue_a_job_have_their_slurm_form():
 def test_horovod_hosts_on_one_machine_and_an_allocation_too_small():
     one_host = slurm.Allocation("1", ("n1", "n2"), ("127.0.0.1", "127.0.0.1"))
     assert one_host.horovod_hosts(2) == ["localhost", "127.0.0.1"]  # the names horovodrun runs without ssh
+    three = slurm.Allocation("1", ("n1", "n2", "n3"), ("127.0.0.1",) * 3)
+    with pytest.raises(UserError, match="--nodes 3: these nodes share this machine's address"):
+        three.horovod_hosts(3)  # 127.0.0.2 is a name only a local run's own network namespace has
     shared = slurm.Allocation("1", ("n1", "n2"), ("10.0.0.9", "10.0.0.9"))
     with pytest.raises(UserError, match="share the address 10.0.0.9"):
         shared.horovod_hosts(2)
