@@ -88,7 +88,7 @@ def _tool(name: str) -> str:
     return found
 
 
-def _unshare_flags() -> list[str]:
+def _unshare_flags(needed_by: str) -> list[str]:
     """`unshare` flags that give a private network namespace here: -n as root, -rn through a user namespace."""
     for tool in ("unshare", "tc", "ip"):
         _tool(tool)
@@ -99,7 +99,7 @@ def _unshare_flags() -> list[str]:
             return flags
         reasons.append(f"unshare {' '.join(flags)}: {' '.join(proc.stderr.split()) or proc.returncode}")
     raise UserError(
-        "--link-rate needs a private network namespace, and neither `unshare -n` (root) nor "
+        f"{needed_by} needs a private network namespace, and neither `unshare -n` (root) nor "
         f"`unshare -rn` (user namespaces) works here ({'; '.join(reasons)})"
     )
 
@@ -112,12 +112,12 @@ def _this_command() -> list[str]:
     return [sys.executable, *sys.argv]
 
 
-def enter_private_namespace() -> None:
+def enter_private_namespace(needed_by: str = "--link-rate") -> None:
     """Re-run this process's command in a new network namespace, unless it already runs in one; does not return
-    when it re-runs it."""
+    when it re-runs it. `needed_by`: what needs it, as the refusal names it where none can be made."""
     if inside():
         return
-    flags = _unshare_flags()
+    flags = _unshare_flags(needed_by)
     env = {**os.environ, OUTER_NETNS_ENV: netns()}
     sys.stdout.flush()
     sys.stderr.flush()

@@ -181,7 +181,7 @@ def horovod_discovery(names: list[str], nprocs: int) -> Path:
     (`discarded`)."""
     folder = Path(tempfile.mkdtemp(prefix="distbench-horovod-"))
     hosts, script = folder / "hosts", folder / "discover.sh"
-    _write_once(hosts, "".join(f"{name}:{nprocs}\n" for name in names))
+    _write_once(hosts, "".join(f"{line}\n" for line in host_slots(names, nprocs)))
     _write_once(script, f"#!/bin/sh\nexec cat {shlex.quote(str(hosts))}\n", mode=0o755)
     return script
 
@@ -216,7 +216,12 @@ def discarded(env: Mapping[str, str]) -> None:
 
 def discovery_script(names: list[str], nprocs: int) -> str:
     """The text of Horovod Elastic's host discovery script that lists `names`, `nprocs` slots each."""
-    return "#!/bin/sh\n" + "".join(f"echo {shlex.quote(f'{name}:{nprocs}')}\n" for name in names)
+    return "#!/bin/sh\n" + "".join(f"echo {shlex.quote(line)}\n" for line in host_slots(names, nprocs))
+
+
+def host_slots(names: list[str], nprocs: int) -> list[str]:
+    """Each host as Horovod Elastic's discovery lists it: `name:slots`."""
+    return [f"{name}:{nprocs}" for name in names]
 
 
 def _write_once(path: Path, text: str, mode: int = 0o644) -> None:

@@ -198,8 +198,10 @@ class LocalExecutor(Executor):
                     topology.hosts(launcher, c.nodes)
         if any(self._per_node(c) for c in configs) and os.geteuid() != 0:
             raise UserError("--link-mode per-node makes a network namespace per node (ip netns add): run it as root")
-        if any(link.parse_rate(c.link_rate) is not None or self._per_node(c) or self._aliases(c) for c in configs):
+        if any(link.parse_rate(c.link_rate) is not None or self._per_node(c) for c in configs):
             link.enter_private_namespace()  # returns once inside
+        if aliased := next((c for c in configs if self._aliases(c)), None):  # horovodrun's hosts beyond two
+            link.enter_private_namespace(f"horovod on {aliased.nodes} simulated nodes (its hosts beyond two)")
         for c in configs if emulated else []:  # many nodes' links on one host: no more than its bridge carries
             if self._per_node(c):
                 bridge.check(c.nodes, c.link_rate, dilation)
