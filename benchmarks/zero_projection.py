@@ -11,9 +11,12 @@ A revision of the model (DeepSpeed's engine's own time per step, measured at x1)
 and what it found stay in docs/projection.md, its inputs and sweeps in docs/results/projection/zero/.
 
 `--results DIR` (before the command) keeps a validation of its own: the first model's in docs/results/projection/zero
-(the default), the model with commbench's all-gather and the norm's all-reduce (2026-12-04) in .../zero-gather:
+(the default), the model with commbench's all-gather and the norm's all-reduce (2026-12-04) in .../zero-gather, the
+engine measured on one node (2026-12-05, `project --node-sweep --node-commbench`) in .../zero-engine, whose inputs
+`engine` adds:
 
     python -m benchmarks.zero_projection --results docs/results/projection/zero-gather commbench   # and so on
+    python -m benchmarks.zero_projection --results docs/results/projection/zero-engine engine      # before predict
 
 The third model's procedure (benchmarks/projection.py: commbench under load, the reference with the other core
 computing, 2 simulated nodes x 1 process on per-node links, one thread each), for `--backends deepspeed` at ZeRO
@@ -52,6 +55,7 @@ BATCH = 64  # MNIST's global batch: micro-batch 32 at 2 x 1
 SECTIONS = {  # docs/projection.md's section of each validation, by its folder's name
     "zero": "## DeepSpeed's ZeRO stages 0-2: predicted before measuring, then measured",
     "zero-gather": "## DeepSpeed's ZeRO stages 0-2 with commbench's all-gather and the norm: predicted, then measured",
+    "zero-engine": "## DeepSpeed's ZeRO stages 0-2 with the engine measured on one node: predicted, then measured",
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -108,8 +112,45 @@ def reference(repeats: int = 5) -> None:
             single_runs("mnist", batch, out, repeats, ("taskset", "-c", "0"))
 
 
+def engine_dir() -> Path:
+    return OUT / "mnist-engine"
+
+
+def node_commbench() -> Path:
+    return OUT / "commbench" / "node"
+
+
+@app.command()
+def engine(repeats: int = 5, rounds: int = 2) -> None:
+    """The engine's inputs (`project --node-sweep --node-commbench`): deepspeed at stages 0-2 on one node at 2
+    processes, the stages alternating within each round, and commbench of deepspeed's collectives on that node."""
+    if not (node_commbench() / "fit.json").exists():
+        shutil.rmtree(node_commbench(), ignore_errors=True)
+        args = ["--backends", "deepspeed", "--nodes", "1", "--nprocs", "2", "--sizes", LOADED_SIZES]
+        run(
+            [
+                "run.py",
+                "commbench",
+                *args,
+                "--repeats",
+                str(repeats),
+                "--rounds",
+                str(rounds),
+                "--out",
+                str(node_commbench()),
+            ]
+        )
+    if not (engine_dir() / "report.md").exists():
+        shutil.rmtree(engine_dir(), ignore_errors=True)
+        stages = ["--zero-stage", ",".join(map(str, STAGES))]
+        args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *stages, "--nodes", "1", "--nprocs", "2"]
+        run(["run.py", "compare", *args, "--threads", "1", "--repeats", str(repeats), "--out", str(engine_dir())])
+
+
 @app.command()
 def predict() -> None:
+    """Each case's prediction; where `engine` measured the engine (this validation's folder has it), from it."""
+    measured = (engine_dir() / "report.md").exists()
     for rate in RATES:
         for stage in STAGES:
             path = prediction(rate, stage)
@@ -118,6 +159,8 @@ def predict() -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             plan = [*NODES, "--batch-size", str(BATCH), "--backends", "deepspeed", "--zero-stage", str(stage)]
             commbench = ["--commbench", str(OUT / "commbench" / rate)]
+            if measured and stage:
+                commbench += ["--node-sweep", str(engine_dir()), "--node-commbench", str(node_commbench())]
             run(["run.py", "project", *map(str, references()), *commbench, *plan, "--output", str(path)])
 
 

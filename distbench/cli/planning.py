@@ -82,6 +82,14 @@ def project_params() -> list[inspect.Parameter]:
             help="The backward profile a previous project wrote (OUTPUT.profile.json): no measuring.",
         ),
         param("zero_stage", int, 0, help="The DeepSpeed backends' ZeRO stage: 0, 1 or 2 (stage 3 is not modelled)."),
+        param(
+            "node_sweep",
+            Path | None,
+            None,
+            help="A compare of the DeepSpeed backend on one node at ZeRO stages 0 and K (with --node-commbench): "
+            "ZeRO-K's engine measured, not modelled (docs/projection.md).",
+        ),
+        param("node_commbench", Path | None, None, help="A commbench of deepspeed on that node (with --node-sweep)."),
     ]
     return [dirs, output, *placed, *own]
 

@@ -4,6 +4,7 @@ on CPU nodes also what it takes from a computing core, fitted alike; or the link
 
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,14 @@ def load_links(commbench_dir: Path, rate: str | None) -> tuple[str, dict[str, li
     for r in recs:  # by series: `deepspeed`'s all-reduce apart from `deepspeed all-gather`
         out.setdefault(series(r)[0], []).append(r)
     return measured.pop(), out
+
+
+def resampled(recs: list[dict], rng: random.Random) -> list[dict]:
+    """A bootstrap resample of commbench's records, size by size."""
+    by_size: dict[int, list[dict]] = {}
+    for r in recs:
+        by_size.setdefault(r["size_bytes"], []).append(r)
+    return [rng.choice(group) for group in by_size.values() for _ in group]
 
 
 def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0) -> Link:

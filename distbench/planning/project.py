@@ -11,6 +11,7 @@ from distbench.errors import UserError
 from distbench.launching import link
 from distbench.planning import projection_report
 from distbench.planning.commbench import backend_names
+from distbench.planning.engine import Engine, load_engine
 from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
 from distbench.planning.profile import Profile, measure_profile
 from distbench.planning.projection import Projection
@@ -34,6 +35,8 @@ class ProjectRequest:
     batch_size: int  # 0: the sweep's
     profile: Path | None  # None: measure it
     zero_stage: int = 0  # the ZeRO stage of the DeepSpeed backends' rows
+    node_sweep: Path | None = None  # a compare of the DeepSpeed backend on one node at ZeRO stages 0 and K
+    node_commbench: Path | None = None  # commbench of deepspeed on that node: with node_sweep, ZeRO-1/2's engine
 
 
 def run(request: ProjectRequest) -> None:
@@ -43,13 +46,14 @@ def run(request: ProjectRequest) -> None:
     _check(request)
     _check_zero(request, names)
     rate, links = _links(request, names)
+    engines = _engines(request, names)
     ref = Reference.load(request.sweep_dirs, request.batch_size or None)
     plan = _plan(request, ref)
     profile = _profile(request, ref, plan)
     from distbench.backends.ddp import bucket_cap_mb_for  # torch's: only once the inputs are good
 
     cap = bucket_cap_mb_for(ref.device, profile.total_bytes)
-    projection = Projection(ref, profile, plan, links, rate, cap)
+    projection = Projection(ref, profile, plan, links, rate, cap, engines)
     rows = [projection.predict(b) for b in names]
     projection_report.write(rows, profile, request.output)
     projection_report.say(projection, rows, request.sweep_dirs, request.commbench, request.output)
@@ -79,6 +83,19 @@ def _check_zero(r: ProjectRequest, names: list[str]) -> None:
             f"--grad-compression {r.grad_compression}: project models {', '.join(zero)} uncompressed only (its "
             "all-gather of the parameters is never compressed, its all-reduce would be)"
         )
+
+
+def _engines(r: ProjectRequest, names: list[str]) -> dict[str, Engine] | None:
+    """Each DeepSpeed backend's engine measured on one node (--node-sweep and --node-commbench, together)."""
+    if r.node_sweep is None and r.node_commbench is None:
+        return None
+    zero = [b for b in names if MODELS[b] == "zero"]
+    if not zero or not r.zero_stage or None in (r.node_sweep, r.node_commbench):
+        raise UserError(
+            "--node-sweep and --node-commbench measure ZeRO-1/2's engine: give both, --zero-stage 1 or 2 and a "
+            "DeepSpeed backend"
+        )
+    return {b: load_engine(r.node_sweep, r.node_commbench, b, r.zero_stage) for b in zero}
 
 
 def _links(r: ProjectRequest, names: list[str]) -> tuple[str | None, dict[str, list[dict]] | None]:

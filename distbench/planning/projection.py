@@ -20,7 +20,8 @@ from dataclasses import dataclass, replace
 
 from distbench.errors import UserError
 from distbench.planning.commbench_report import label, series
-from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link
+from distbench.planning.engine import Engine
+from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link, resampled
 from distbench.planning.profile import Profile
 from distbench.planning.reference import Phases, Reference, median_phases
 from distbench.planning.timeline import (
@@ -65,6 +66,7 @@ class Projection:
     links: dict[str, list[dict]] | None  # commbench's records per backend; None: the nominal link
     rate: str | None
     cap_mb: float
+    engines: dict[str, Engine] | None = None  # DeepSpeed's engine measured on one node, per backend (engine.py)
 
     def measured_as(self, backend: str) -> str:
         """The commbench backend whose all-reduce carries this library's gradients (its own if that is missing)."""
@@ -124,7 +126,15 @@ class Projection:
     def warnings(self, backend: str) -> list[str]:
         """Each way the plan for `backend` goes beyond what was measured (the fits' own: `link_warnings`)."""
         plan, m, out = self.plan, self.measured, []
-        if MODELS.get(backend) == "zero" and plan.zero_stage:
+        engine = self.engine(backend)
+        if engine is not None:
+            out.append(engine.said(plan.zero_stage, self.profile.total_bytes))
+            if engine.world != plan.world:
+                out.append(
+                    f"ZeRO-{plan.zero_stage}'s engine measured at {engine.world} processes, planned at {plan.world}: "
+                    f"its work on the partition is taken as measured, not rescaled to a 1/{plan.world} partition"
+                )
+        elif MODELS.get(backend) == "zero" and plan.zero_stage:
             out.append(ZERO_FOUND if self.gathered(backend) is None else ZERO_GATHER_FOUND)
         if m is None:
             out.append(
@@ -159,12 +169,20 @@ class Projection:
             if why and (not what or why != link_.time_why)  # the same reason for both: said once
         ]
 
-    def one(self, backend: str, phases: Phases, link_: Link, micro: Phases | None = None, profile=None) -> float:
+    def engine(self, backend: str) -> Engine | None:
+        """The library's engine as measured on one node, where the plan's ZeRO stage has it (engine.py)."""
+        return (self.engines or {}).get(backend) if MODELS.get(backend) == "zero" and self.plan.zero_stage else None
+
+    def one(
+        self, backend: str, phases: Phases, link_: Link, micro: Phases | None = None, profile=None, rng=None
+    ) -> float:
         """One step of `backend`, s, from these phases (and these at the micro-batch, where it was run), link and
-        profile (the projection's own by default)."""
+        profile (the projection's own by default), and the engine measured on one node (with `rng`: resampled)."""
         profile = profile or self.profile
         comp = Computation.of(phases, profile, self.ref.batch_size, self.plan, micro)
-        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb)
+        engine = self.engine(backend)
+        engine_s = engine and engine.term_s(self.plan.zero_stage, self.profile.total_bytes, rng)
+        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb, engine_s)
 
     def predict(self, backend: str, seed: int = 0) -> dict:
         """One library's prediction, as the output holds it (one object per backend): its step time, samples/s and
@@ -192,6 +210,11 @@ class Projection:
             "link_rate": self.rate,
             "link": link_.source,
             **({"all_gather": link_.gather.source} if link_.gather else {}),
+            **(
+                {"engine_ms": 1e3 * self.engine(backend).term_s(plan.zero_stage, self.profile.total_bytes)}
+                if self.engine(backend)
+                else {}
+            ),
             "computation": f"measured at micro-batch {plan.micro_batch}"
             if micro
             else f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile",
@@ -225,6 +248,7 @@ class Projection:
                 self._resampled_link(backend, rng),
                 micro and median_phases([micro[i] for i in self._picks(rng, micro)]),
                 self.profile.resampled(rng),
+                rng,
             )
             boot_sps.append(plan.batch_size / b_step)
             # the efficiency's reference resampled with the same runs
@@ -240,15 +264,7 @@ class Projection:
         if self.links is None:
             return Link.nominal(self.rate, self.plan.compression)
         gathered = self.gathered(backend)
-        return self.link_for(backend, _resampled(self.carried(backend)[0], rng), gathered and _resampled(gathered, rng))
-
-
-def _resampled(recs: list[dict], rng: random.Random) -> list[dict]:
-    """A bootstrap resample of commbench's records, size by size."""
-    by_size: dict[int, list[dict]] = {}
-    for r in recs:
-        by_size.setdefault(r["size_bytes"], []).append(r)
-    return [rng.choice(group) for group in by_size.values() for _ in group]
+        return self.link_for(backend, resampled(self.carried(backend)[0], rng), gathered and resampled(gathered, rng))
 
 
 def with_plan(projection: Projection, **changes) -> Projection:

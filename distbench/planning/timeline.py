@@ -190,7 +190,7 @@ ZERO_GATHER_FOUND = (
 )
 
 
-def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> float:
+def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, engine_s: float | None = None) -> float:
     """DeepSpeed's engine at ZeRO stages 0-2: at the accumulation boundary, after the last backward, it all-reduces
     the gradients in buckets of ZERO_BUCKET_ELEMENTS (one for any model under 2 GB), through deepspeed.comm, not
     overlapped with backward (stage 2's reduce-scatter is, on this path, an all-reduce of each bucket of which each
@@ -199,7 +199,10 @@ def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> f
     step, whether or not it clips: a latency on which the ranks wait for each other), step their 1/W partition of the
     optimizer and all-gather the updated fp32 parameters (all_gather_dp_groups): commbench's fit of DeepSpeed's own
     all_gather_into_tensor where it timed it (`link_.gather`), else half a ring all-reduce of as many bytes (its
-    arithmetic; the first validation found it too fast: ZERO_FOUND)."""
+    arithmetic; the first validation found it too fast: ZERO_FOUND). Where the engine was measured on one node
+    (`engine_s`: its step at stage K beyond stage 0's, less its collectives there; engine.py), stages 1-2 are stage 0's
+    timeline, that measured work, and the norm and the all-gather on the planned link; else the engine's own work is
+    the optimizer's partition alone (ZERO_GATHER_FOUND: about 3 ms a step short at two ranks)."""
     total = profile.total_bytes
     bucket = ZERO_BUCKET_ELEMENTS * 4  # float32 gradients
     clock = comp.backward_start + comp.backward
@@ -208,9 +211,15 @@ def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> f
     if plan.zero_stage == 0:
         return clock + comp.optimizer
     if link_.gather is None:
-        return clock + comp.optimizer / plan.world + link_.allreduce_s(total, plan.world) / 2
+        gather = link_.allreduce_s(total, plan.world) / 2
+    else:
+        gather = link_.gather.allgather_s(total, plan.world)
     norm = link_.allreduce_s(NORM_BYTES, plan.world)
-    return clock + norm + comp.optimizer / plan.world + link_.gather.allgather_s(total, plan.world)
+    if engine_s is not None:
+        return clock + comp.optimizer + engine_s + norm + gather
+    if link_.gather is None:
+        return clock + comp.optimizer / plan.world + gather
+    return clock + norm + comp.optimizer / plan.world + gather
 
 
 # the timeline each library follows (Accelerate and Fabric wrap the model in DDP; DeepSpeed's engine: zero_step)
@@ -235,10 +244,12 @@ GRADIENT_ALLREDUCE = {
 }
 
 
-def step_s(backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float) -> float:
-    """One step of `backend`, s: the timeline its library follows (MODELS)."""
+def step_s(
+    backend: str, comp: Computation, profile: Profile, link_: Link, plan: Plan, cap_mb: float, engine_s=None
+) -> float:
+    """One step of `backend`, s: the timeline its library follows (MODELS); `engine_s`: zero_step's."""
     if MODELS[backend] == "horovod":
         return horovod_step(comp, profile, link_, plan)
     if MODELS[backend] == "zero":
-        return zero_step(comp, profile, link_, plan)
+        return zero_step(comp, profile, link_, plan, engine_s)
     return ddp_step(comp, profile, link_, plan, cap_mb)

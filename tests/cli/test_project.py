@@ -116,6 +116,11 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
         ),
         ([*EXAMPLE, "--nodes", "4"], "measured at micro-batch 32"),
         (
+            ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "deepspeed", "--zero-stage", "1"]
+            + ["--node-sweep", str(FIX / "sweep"), "--node-commbench", str(FIX / "commbench")],
+            "timed no deepspeed or deepspeed all-gather",
+        ),
+        (
             ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--profile", str(FIX / "sweep" / "results.jsonl")],
             "not a profile",
         ),

@@ -171,6 +171,58 @@ def test_stages_1_and_2_take_the_all_gather_commbench_timed_and_the_norms_all_re
     assert gather.allgather_s(1e6, 1) == 0.0
 
 
+def _engine_inputs(tmp_path, steps_ms, nodes=1):
+    """A compare folder of deepspeed at 2 processes on one node, ZeRO stages 0 and 1 at `steps_ms` per round, and a
+    commbench of its collectives on `nodes` node(s): all-reduce 0.5 ms + 0.1 ns/B, the all-gather 1 ms + 0.1 ns/B."""
+    sweep, node = tmp_path / "engine", tmp_path / "node"
+    sweep.mkdir(parents=True)
+    node.mkdir()
+    recs = []
+    for n, by_stage in enumerate(steps_ms, 1):
+        for stage, ms in enumerate(by_stage):
+            rec = {"task": "mnist", "backend": "deepspeed", "world_size": 2, "nodes": 1, "status": "ok", "round": n}
+            recs.append(rec | {"config": {"zero_stage": stage}, "global_batch_size": 64, "samples_per_sec": 64e3 / ms})
+    recs.append(recs[-1] | {"world_size": 4, "samples_per_sec": 1.0})  # another world size: not paired with these
+    (sweep / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    bench = []
+    for collective, alpha in (("all-reduce", 5e-4), ("all-gather", 1e-3)):
+        for r in _loopback_records([(4096, 1.0), (MiB, 2.0)]):
+            t = alpha + 1e-10 * r["size_bytes"]
+            bench.append(r | {"backend": "deepspeed", "collective": collective, "nodes": nodes, "time_s": t})
+    (node / cr.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in bench))
+    return sweep, node
+
+
+def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its_work(tmp_path):
+    """Measured at 2 processes on one node, ZeRO-1 took 6 and 5 ms a step more than stage 0 in two rounds (median
+    5.5); its norm's all-reduce there (0.5 ms + 4 x 0.1 ns) and all-gather of the 6,000,400 bytes (1 + 0.60004 ms)
+    come off: 3.39996 ms of the engine's own work. On the planned link stage 1 is then stage 0's step (with the whole
+    optimizer), that work, the link's norm (1 ms + 4 x 80 ns) and its all-gather (2 + 600.04 ms)."""
+    from distbench.planning import engine as en
+
+    sweep, node = _engine_inputs(tmp_path, [(20.0, 26.0), (20.0, 25.0)])
+    engine = en.load_engine(sweep, node, "deepspeed", 1)
+    assert engine.world == 2 and sorted(engine.extra_s[1]) == pytest.approx([5e-3, 6e-3])
+    term = engine.term_s(1, PROFILE.total_bytes)
+    assert term == pytest.approx(5.5e-3 - (5e-4 + 4e-10) - (1e-3 + 0.60004e-3))
+    gather = lk.Link(2e-3, 1e-7, 2, "gather")
+    link_ = dataclasses.replace(lk.Link(1e-3, 8e-8, 2, "test"), gather=gather)
+    zero1 = dataclasses.replace(PLAN, zero_stage=1)
+    step0 = tl.zero_step(_computation(), PROFILE, link_, PLAN)
+    step1 = tl.zero_step(_computation(), PROFILE, link_, zero1, term)
+    assert step1 == pytest.approx(step0 + term + (1e-3 + 4 * 8e-8) + (2e-3 + 0.60004))
+    ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES, PHASES], [1000.0, 1000.0])
+    _, links = lk.load_links(node, None)  # as the planned link here: only the engine matters
+    predicted = pj.Projection(ref, PROFILE, zero1, links, "none", 1.0, {"deepspeed": engine}).predict("deepspeed")
+    assert predicted["engine_ms"] == pytest.approx(term * 1e3)
+    assert tl.ZERO_GATHER_FOUND not in predicted["warnings"]
+    assert any(w.startswith("ZeRO-1's engine beyond stage 0 measured on one node at 2") for w in predicted["warnings"])
+    for bad, match in (({"nodes": 2}, "not one node"), ({}, "no one-node deepspeed runs at 2 processes")):
+        sweep, node = _engine_inputs(tmp_path / str(len(match)), [(20.0, 26.0)], **bad)
+        with pytest.raises(UserError, match=match):
+            en.load_engine(sweep, node, "deepspeed", 2 if not bad else 1)
+
+
 def test_commbench_keeps_the_all_gather_apart_from_the_all_reduce(tmp_path):
     """A worker's result of both collectives: records naming each, the all-gather's busbw (n-1)/n of its algbw,
     fits and links apart (`deepspeed all-gather`), and a projection at ZeRO-2 that takes it and says so."""
@@ -215,6 +267,9 @@ def test_project_refuses_what_its_zero_model_does_not_cover():
     with pytest.raises(UserError, match="^--grad-compression fp16: project models deepspeed uncompressed only"):
         pjt._check_zero(request(grad_compression="fp16"), ["ddp", "deepspeed"])
     pjt._check_zero(request(zero_stage=2), ["ddp", "deepspeed"])  # fine
+    for given in (dict(node_sweep="s", node_commbench="c"), dict(node_sweep="s", zero_stage=1)):
+        with pytest.raises(UserError, match="^--node-sweep and --node-commbench measure ZeRO-1/2's engine: give both"):
+            pjt._engines(request(**given), ["ddp", "deepspeed"])
     assert cb.backend_names("deepspeed,ddp") == ["deepspeed", "ddp"]
 
 

@@ -1,0 +1,104 @@
+"""DeepSpeed's ZeRO engine at stages 1-2, measured rather than modelled (`project --node-sweep --node-commbench`).
+
+What a ZeRO-1/2 step costs beyond a stage-0 step is measured where it can be: one-node runs of the library
+(`--node-sweep`, a compare) at stage K and at stage 0 with the same processes, paired within each round (the machine's
+drift between rounds cancels out of a difference within one). Less what their step's own collectives took there
+(`--node-commbench`: the gradients' norm all-reduced, the updated parameters all-gathered), what remains is the
+engine's own work, which no link changes: the norm computed on the host, the optimizer step on the partition (which
+does not halve with it), the copies between the fp32 partition and the parameters, the backward's partition
+bookkeeping. The timeline then puts the planned link's norm and all-gather back (timeline.zero_step). Why:
+docs/projection.md, "What DeepSpeed's own timers say of the missing 3 ms".
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from distbench.errors import UserError
+from distbench.planning.commbench_report import series
+from distbench.planning.links import Link, fit_link, load_links, resampled
+from distbench.planning.timeline import NORM_BYTES
+
+GATHER = "deepspeed all-gather"  # commbench's series of DeepSpeed's parameter all-gather (`all_gather_into_tensor`)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One library's engine at one node: each round's step at stage K less its step at stage 0, s (`extra_s`, per
+    stage), at `world` processes, and the node's commbench records of the norm's all-reduce and the all-gather."""
+
+    backend: str
+    world: int
+    extra_s: dict[int, list[float]]
+    node_recs: dict[str, list[dict]]
+    where: str  # the node's commbench folder, as the prediction says it
+
+    def term_s(self, stage: int, total_bytes: float, rng: random.Random | None = None) -> float:
+        """The engine's own work per step at `stage` beyond stage 0's, s: the median paired difference less the
+        node's norm all-reduce and all-gather of `total_bytes` (with `rng`: on a bootstrap resample of both)."""
+        extra = self.extra_s[stage]
+        recs = self.node_recs
+        if rng is not None:
+            extra = [rng.choice(extra) for _ in extra]
+            recs = {k: resampled(v, rng) for k, v in recs.items()}
+        node = self.node(recs)
+        taken_off = node.allreduce_s(NORM_BYTES, self.world) + node.gather.allgather_s(total_bytes, self.world)
+        return statistics.median(extra) - taken_off
+
+    def node(self, recs: dict[str, list[dict]] | None = None) -> Link:
+        """The node's DeepSpeed all-reduce, its all-gather beside it (commbench's fits)."""
+        recs = recs or self.node_recs
+        plain = [r for r in recs["deepspeed"] if series(r)[1] == "none"]  # the norm: one float, never compressed
+        own = fit_link(plain, f"{self.where}'s deepspeed")
+        return replace(own, gather=fit_link(recs[GATHER], f"{self.where}'s {GATHER}"))
+
+    def said(self, stage: int, total_bytes: float) -> str:
+        """What the prediction rests on, in a line."""
+        n = len(self.extra_s[stage])
+        return (
+            f"ZeRO-{stage}'s engine beyond stage 0 measured on one node at {self.world} processes ({n} round(s) of "
+            f"{self.backend} at stages 0 and {stage}), its norm's all-reduce and all-gather there ({self.where}) "
+            f"taken off: {1e3 * self.term_s(stage, total_bytes):.2f} ms a step of the engine's own work"
+        )
+
+
+def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int) -> Engine:
+    """`backend`'s engine from its one-node runs and the node's commbench; either missing what it needs is one
+    line."""
+    _, recs = load_links(node_commbench, None)
+    where = f"--node-commbench {node_commbench}"
+    plain = [r for r in recs.get("deepspeed", []) if series(r)[1] == "none"]
+    missing = [s for s, got in (("deepspeed", plain), (GATHER, recs.get(GATHER))) if not got]
+    if missing:
+        raise UserError(f"{where} timed no {' or '.join(missing)} (run.py commbench --backends deepspeed --nodes 1)")
+    flat = [r for rs in recs.values() for r in rs]
+    if any((r.get("nodes") or 1) != 1 for r in flat) or len({r["world_size"] for r in flat}) != 1:
+        raise UserError(f"{where}: not one node at one world size (run.py commbench --nodes 1 --nprocs N)")
+    world = flat[0]["world_size"]
+    if not (node_sweep / "results.jsonl").is_file():
+        raise UserError(f"--node-sweep {node_sweep}: not a compare folder (no results.jsonl)")
+    extra = _paired(node_sweep, backend, world, stage)
+    if not extra:
+        raise UserError(
+            f"--node-sweep {node_sweep}: no one-node {backend} runs at {world} processes at ZeRO stages 0 "
+            f"and {stage} in one round, which {where} is for (compare --backends {backend} --zero-stage 0,{stage} "
+            f"--nodes 1 --nprocs {world})"
+        )
+    return Engine(backend, world, {stage: extra}, recs, str(node_commbench))
+
+
+def _paired(node_sweep: Path, backend: str, world: int, stage: int) -> list[float]:
+    """Each round's step at `stage` less its step at stage 0, s: the one-node runs of `backend` at `world`."""
+    from distbench.sweep.grouping import load
+
+    steps: dict[tuple, float] = {}
+    for r in load([node_sweep]).records:
+        one_node = (r.get("nodes") or 1) == 1 and r.get("world_size") == world
+        if r["status"] == "ok" and r["backend"] == backend and one_node and r.get("samples_per_sec"):
+            steps[((r.get("config") or {}).get("zero_stage", 0), r["round"])] = (
+                r["global_batch_size"] / r["samples_per_sec"]
+            )
+    return [t - steps[(0, n)] for (k, n), t in steps.items() if k == stage and (0, n) in steps]
