@@ -27,6 +27,7 @@ from distbench.planning.reference import Phases, Reference, median_phases
 from distbench.planning.timeline import (
     GRADIENT_ALLREDUCE,
     MODELS,
+    ZERO_ENGINE_FOUND,
     ZERO_FOUND,
     ZERO_GATHER_FOUND,
     Computation,
@@ -128,7 +129,7 @@ class Projection:
         plan, m, out = self.plan, self.measured, []
         engine = self.engine(backend)
         if engine is not None:
-            out.append(engine.said(plan.zero_stage, self.profile.total_bytes))
+            out += [engine.said(plan.zero_stage, self.profile.total_bytes), ZERO_ENGINE_FOUND]
             if engine.world != plan.world:
                 out.append(
                     f"ZeRO-{plan.zero_stage}'s engine measured at {engine.world} processes, planned at {plan.world}: "

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from distbench.planning.links import fit_link
 from tests.helpers import ROOT, assert_one_line_error, run_py
 
 FIX = ROOT / "tests" / "fixtures" / "projection"
@@ -50,12 +51,41 @@ def test_deepspeeds_zero_stages_on_the_worked_example(tmp_path):
     records = (FIX / "commbench" / "commbench.jsonl").read_text()
     (commbench / "commbench.jsonl").write_text(records.replace('"backend": "ddp"', '"backend": "deepspeed"'))
     args = [*EXAMPLE[:2], "--commbench", str(commbench), *EXAMPLE[4:], "--backends", "deepspeed"]
+    rows = {}
     for stage, step_ms in ((0, 126.52), (1, 176.24)):
         out = tmp_path / f"zero{stage}.json"
         proc = run_py([*args, "--zero-stage", str(stage), "--output", str(out)], tmp_path, expect_rc=0)
         assert f"| deepspeed ZeRO-{stage} | 2 x 1 | commbench fit of deepspeed |" in proc.stdout
-        (row,) = json.loads(out.read_text())
-        assert row["zero_stage"] == stage and row["step_ms"] == pytest.approx(step_ms, abs=0.05)
+        (rows[stage],) = json.loads(out.read_text())
+        assert rows[stage]["zero_stage"] == stage and rows[stage]["step_ms"] == pytest.approx(step_ms, abs=0.05)
+    # ZeRO-1's engine measured on one node (--node-sweep, --node-commbench): 6 and 5 ms a step beyond stage 0 in two
+    # rounds, less the node's norm all-reduce and all-gather (the fixture's times / 100); then stage 0's 126.52 ms,
+    # that work, the link's norm (its fit at 4 bytes) and its all-gather (half the all-reduce: 50.72 ms); none of it
+    # is the half optimizer of the model without the engine
+    node_sweep, node_cb = tmp_path / "node-sweep", tmp_path / "node-cb"
+    node_sweep.mkdir()
+    node_cb.mkdir()
+    run = {"task": "mnist", "backend": "deepspeed", "world_size": 2, "nodes": 1, "status": "ok"}
+    runs = [
+        run | {"global_batch_size": 64, "round": n, "config": {"zero_stage": k}, "samples_per_sec": 64e3 / ms}
+        for n, by_stage in ((1, (20.0, 26.0)), (2, (20.0, 25.0)))
+        for k, ms in enumerate(by_stage)
+    ]
+    node_sweep.joinpath("results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    ddp = [r for r in map(json.loads, records.splitlines()) if r["backend"] == "ddp"]
+    fast = [r | {"backend": "deepspeed", "nodes": 1, "link_rate": "none", "time_s": r["time_s"] / 100} for r in ddp]
+    node_recs = fast + [r | {"collective": "all-gather"} for r in fast]
+    node_cb.joinpath("commbench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in node_recs))
+    out = tmp_path / "engine.json"
+    engine = ["--node-sweep", str(node_sweep), "--node-commbench", str(node_cb)]
+    proc = run_py([*args, "--zero-stage", "1", *engine, "--output", str(out)], tmp_path, expect_rc=0)
+    assert "ZeRO-1's engine beyond stage 0 measured on one node at 2 processes (2 round(s)" in proc.stderr
+    (row,) = json.loads(out.read_text())
+    node = fit_link(fast, "node")
+    assert row["engine_ms"] == pytest.approx(5.5 - 1e3 * (node.allreduce_s(4, 2) + node.allreduce_s(1_201_704, 2)))
+    gather_ms = rows[1]["step_ms"] - rows[0]["step_ms"] + 1.0  # the model without the engine: less half of 2 ms
+    norm_ms = 1e3 * fit_link(ddp, "link").allreduce_s(4, 2)
+    assert row["step_ms"] == pytest.approx(rows[0]["step_ms"] + row["engine_ms"] + norm_ms + gather_ms, abs=0.01)
 
 
 def test_more_nodes_on_the_same_link_predict_more_time_on_it(tmp_path):

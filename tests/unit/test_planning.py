@@ -215,8 +215,12 @@ def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its
     _, links = lk.load_links(node, None)  # as the planned link here: only the engine matters
     predicted = pj.Projection(ref, PROFILE, zero1, links, "none", 1.0, {"deepspeed": engine}).predict("deepspeed")
     assert predicted["engine_ms"] == pytest.approx(term * 1e3)
-    assert tl.ZERO_GATHER_FOUND not in predicted["warnings"]
+    assert tl.ZERO_GATHER_FOUND not in predicted["warnings"] and tl.ZERO_ENGINE_FOUND in predicted["warnings"]
     assert any(w.startswith("ZeRO-1's engine beyond stage 0 measured on one node at 2") for w in predicted["warnings"])
+    small, node = _engine_inputs(tmp_path / "small", [(20.0, 20.5)])  # 0.5 ms, less than its collectives take
+    held = en.load_engine(small, node, "deepspeed", 1)
+    assert held.term_s(1, PROFILE.total_bytes) == 0.0
+    assert "more than the 0.50 ms measured: not physical, taken as 0" in held.said(1, PROFILE.total_bytes)
     for bad, match in (({"nodes": 2}, "not one node"), ({}, "no one-node deepspeed runs at 2 processes")):
         sweep, node = _engine_inputs(tmp_path / str(len(match)), [(20.0, 26.0)], **bad)
         with pytest.raises(UserError, match=match):
