@@ -268,6 +268,13 @@ class ZeroEngine:
         if self.world_size > 1:
             self._comm().all_gather_into_tensor(flat, part)
 
+    def gradient_reduce_scatter(self, flat: torch.Tensor, part: torch.Tensor) -> None:
+        # DeepSpeed: at ZeRO-3 the gradients are reduce-scattered once backward is done (stage3's __avg_scatter_grads
+        # -> reduce_scatter_coalesced -> deepspeed.comm.reduce_scatter_fn -> reduce_scatter_tensor), each rank
+        # keeping its partition
+        if self.world_size > 1:
+            self._comm().reduce_scatter_tensor(part, flat)
+
     def _comm(self):
         """deepspeed.comm over this backend's process group (deepspeed.initialize starts it in a run; commbench
         makes no engine), its shared-memory segment unlinked as an engine's is (`engine_made`)."""

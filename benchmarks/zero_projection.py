@@ -1,4 +1,4 @@
-"""The projection of DeepSpeed's ZeRO stages 0-2 validated (docs/projection.md): predict, then measure, then compare.
+"""The projection of DeepSpeed's ZeRO stages validated (docs/projection.md): predict, then measure, then compare.
 
     python -m benchmarks.zero_projection commbench   # DeepSpeed's all-reduce (deepspeed.comm) on per-node links
     python -m benchmarks.zero_projection reference   # MNIST `single` x1 runs, the other core computing (as a node's)
@@ -13,7 +13,7 @@ and what it found stay in docs/projection.md, its inputs and sweeps in docs/resu
 `--results DIR` (before the command) keeps a validation of its own: the first model's in docs/results/projection/zero
 (the default), the model with commbench's all-gather and the norm's all-reduce (2026-12-04) in .../zero-gather, the
 engine measured on one node (2026-12-05, `project --node-sweep --node-commbench`) in .../zero-engine, whose inputs
-`engine` adds:
+`engine` adds; ZeRO-3's (stages 0 and 3, the engine measured the same way) in .../zero3:
 
     python -m benchmarks.zero_projection --results docs/results/projection/zero-gather commbench   # and so on
     python -m benchmarks.zero_projection --results docs/results/projection/zero-engine engine      # before predict
@@ -50,12 +50,21 @@ from benchmarks.projection import (
 FIRST = ROOT / "docs" / "results" / "projection" / "zero"
 OUT = FIRST  # the validation's folder: --results
 RATES = ("none", "1gbit", "100mbit")
-STAGES = (0, 1, 2)
+STAGES = (0, 1, 2)  # the stages validated in a folder; ZeRO-3's (zero3): STAGES3
+STAGES3 = (0, 3)
 BATCH = 64  # MNIST's global batch: micro-batch 32 at 2 x 1
+
+
+def stages() -> tuple[int, ...]:
+    """The ZeRO stages this validation's folder holds."""
+    return STAGES3 if OUT.name == "zero3" else STAGES
+
+
 SECTIONS = {  # docs/projection.md's section of each validation, by its folder's name
     "zero": "## DeepSpeed's ZeRO stages 0-2: predicted before measuring, then measured",
     "zero-gather": "## DeepSpeed's ZeRO stages 0-2 with commbench's all-gather and the norm: predicted, then measured",
     "zero-engine": "## DeepSpeed's ZeRO stages 0-2 with the engine measured on one node: predicted, then measured",
+    "zero3": "## DeepSpeed's ZeRO-3 with the engine measured on one node: predicted, then measured",
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -142,8 +151,8 @@ def engine(repeats: int = 5, rounds: int = 2) -> None:
         )
     if not (engine_dir() / "report.md").exists():
         shutil.rmtree(engine_dir(), ignore_errors=True)
-        stages = ["--zero-stage", ",".join(map(str, STAGES))]
-        args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *stages, "--nodes", "1", "--nprocs", "2"]
+        zero = ["--zero-stage", ",".join(map(str, stages()))]
+        args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *zero, "--nodes", "1", "--nprocs", "2"]
         run(["run.py", "compare", *args, "--threads", "1", "--repeats", str(repeats), "--out", str(engine_dir())])
 
 
@@ -152,7 +161,7 @@ def predict() -> None:
     """Each case's prediction; where `engine` measured the engine (this validation's folder has it), from it."""
     measured = (engine_dir() / "report.md").exists()
     for rate in RATES:
-        for stage in STAGES:
+        for stage in stages():
             path = prediction(rate, stage)
             if path.exists():
                 continue
@@ -168,16 +177,16 @@ def predict() -> None:
 def measure(repeats: int = 3, again: bool = False) -> None:
     """The sweep (refused before the predictions); with --again, one more into the next mnist-zero-N, the same
     predictions against more rounds at another time (the table takes every sweep)."""
-    missing = [f"{r} ZeRO-{k}" for r in RATES for k in STAGES if not prediction(r, k).exists()]
+    missing = [f"{r} ZeRO-{k}" for r in RATES for k in stages() if not prediction(r, k).exists()]
     if missing:
         raise SystemExit(f"predict first (python -m benchmarks.zero_projection predict): {', '.join(missing)}")
     out = OUT / f"mnist-zero-{len(sweeps()) + 1}" if again else sweep()
     if (out / "report.md").exists():
         return
     shutil.rmtree(out, ignore_errors=True)
-    stages = ["--zero-stage", ",".join(map(str, STAGES))]
+    zero = ["--zero-stage", ",".join(map(str, stages()))]
     links = [*PER_NODE, "--link-rate", ",".join(RATES)]
-    args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *stages, *NODES, "--threads", "1", *links]
+    args = [*TASK_ARGS["mnist"], "--backends", "deepspeed", *zero, *NODES, "--threads", "1", *links]
     run(["run.py", "compare", *args, "--repeats", str(repeats), "--out", str(out)])
 
 
@@ -190,7 +199,7 @@ def rows() -> list[dict]:
             got.setdefault((r["link_rate"], r["config"]["zero_stage"]), []).append(r["samples_per_sec"])
     out = []
     for rate in RATES:
-        for stage in STAGES:
+        for stage in stages():
             (p,) = json.loads(prediction(rate, stage).read_text())
             runs = got.get((rate, stage), [])
             m = statistics.median(runs) if runs else None
@@ -213,7 +222,7 @@ def paired_rows(data: list[dict]) -> list[dict]:
     predicted = {(d["rate"], d["stage"]): d["p"]["samples_per_sec"] for d in data}
     out = []
     for rate in RATES:
-        for stage in STAGES[1:]:
+        for stage in stages()[1:]:
             rounds = sorted({k[2] for k in by_round if k[:2] == (rate, stage)})
             ratios = [by_round[(rate, stage, n)] / by_round[(rate, 0, n)] for n in rounds if (rate, 0, n) in by_round]
             p = predicted[(rate, stage)] / predicted[(rate, 0)]

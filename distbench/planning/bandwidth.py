@@ -23,7 +23,11 @@ def algbw(size: int, seconds: float) -> float:
 
 # the bytes each rank's link carries per message byte in a ring (nccl-tests' bus bandwidth factors): an all-reduce
 # sends 2(n-1)/n of the message, an all-gather (n-1)/n of its output (each rank holds 1/n of it already)
-BUS_FACTOR = {"all-reduce": lambda n: 2 * (n - 1) / n, "all-gather": lambda n: (n - 1) / n}
+BUS_FACTOR = {
+    "all-reduce": lambda n: 2 * (n - 1) / n,
+    "all-gather": lambda n: (n - 1) / n,
+    "reduce-scatter": lambda n: (n - 1) / n,
+}
 
 
 def busbw(size: int, seconds: float, world_size: int, collective: str = "all-reduce") -> float:

@@ -20,15 +20,17 @@ from pathlib import Path
 from distbench.errors import UserError
 from distbench.planning.commbench_report import series
 from distbench.planning.links import Link, fit_link, load_links, resampled
-from distbench.planning.timeline import NORM_BYTES
+from distbench.planning.profile import Profile
+from distbench.planning.timeline import zero_exchanges_s
 
 GATHER = "deepspeed all-gather"  # commbench's series of DeepSpeed's parameter all-gather (`all_gather_into_tensor`)
+SCATTER = "deepspeed reduce-scatter"  # and of its gradients' reduce-scatter at ZeRO-3 (`reduce_scatter_tensor`)
 
 
 @dataclass(frozen=True)
 class Engine:
     """One library's engine at one node: each round's step at stage K less its step at stage 0, s (`extra_s`, per
-    stage), at `world` processes, and the node's commbench records of the norm's all-reduce and the all-gather."""
+    stage), at `world` processes, and the node's commbench records of DeepSpeed's collectives."""
 
     backend: str
     world: int
@@ -36,32 +38,31 @@ class Engine:
     node_recs: dict[str, list[dict]]
     where: str  # the node's commbench folder, as the prediction says it
 
-    def term_s(self, stage: int, total_bytes: float, rng: random.Random | None = None) -> float:
-        """The engine's own work per step at `stage` beyond stage 0's, s: the median paired difference less the
-        node's norm all-reduce and all-gather of `total_bytes` (with `rng`: on a bootstrap resample of both), held at
-        0 where the collectives come to more (`said` says so)."""
-        measured, taken_off = self._parts(stage, total_bytes, rng)
+    def term_s(self, stage: int, profile: Profile, rng: random.Random | None = None) -> float:
+        """The engine's own work per step at `stage` beyond stage 0's, s: the median paired difference less what
+        stage K exchanges beyond stage 0 on the node (timeline.zero_exchanges_s; with `rng`: on a bootstrap resample
+        of both), held at 0 where the collectives come to more (`said` says so)."""
+        measured, taken_off = self._parts(stage, profile, rng)
         return max(0.0, measured - taken_off)
 
-    def _parts(self, stage: int, total_bytes: float, rng: random.Random | None) -> tuple[float, float]:
+    def _parts(self, stage: int, profile: Profile, rng: random.Random | None) -> tuple[float, float]:
         extra, recs = self.extra_s[stage], self.node_recs
         if rng is not None:
             extra = [rng.choice(extra) for _ in extra]
             recs = {k: resampled(v, rng) for k, v in recs.items()}
-        node = self.node(recs)
-        taken_off = node.allreduce_s(NORM_BYTES, self.world) + node.gather.allgather_s(total_bytes, self.world)
-        return statistics.median(extra), taken_off
+        return statistics.median(extra), zero_exchanges_s(self.node(recs), profile, stage, self.world)
 
     def node(self, recs: dict[str, list[dict]] | None = None) -> Link:
-        """The node's DeepSpeed all-reduce, its all-gather beside it (commbench's fits)."""
+        """The node's DeepSpeed all-reduce, its all-gather and reduce-scatter beside it (commbench's fits)."""
         recs = recs or self.node_recs
         plain = [r for r in recs["deepspeed"] if series(r)[1] == "none"]  # the norm: one float, never compressed
         own = fit_link(plain, f"{self.where}'s deepspeed")
-        return replace(own, gather=fit_link(recs[GATHER], f"{self.where}'s {GATHER}"))
+        scatter = fit_link(recs[SCATTER], f"{self.where}'s {SCATTER}") if recs.get(SCATTER) else None
+        return replace(own, gather=fit_link(recs[GATHER], f"{self.where}'s {GATHER}"), scatter=scatter)
 
-    def said(self, stage: int, total_bytes: float) -> str:
+    def said(self, stage: int, profile: Profile) -> str:
         """What the prediction rests on, in a line."""
-        measured, taken_off = self._parts(stage, total_bytes, None)
+        measured, taken_off = self._parts(stage, profile, None)
         held = (
             f", more than the {1e3 * measured:.2f} ms measured: not physical, taken as 0"
             if taken_off > measured
@@ -69,8 +70,8 @@ class Engine:
         )
         return (
             f"ZeRO-{stage}'s engine beyond stage 0 measured on one node at {self.world} processes "
-            f"({len(self.extra_s[stage])} round(s) of {self.backend} at stages 0 and {stage}), its norm's all-reduce "
-            f"and all-gather there ({self.where}, {1e3 * taken_off:.2f} ms) taken off{held}"
+            f"({len(self.extra_s[stage])} round(s) of {self.backend} at stages 0 and {stage}), what it exchanges "
+            f"there beyond stage 0 ({self.where}, {1e3 * taken_off:.2f} ms) taken off{held}"
         )
 
 
@@ -80,7 +81,8 @@ def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int
     _, recs = load_links(node_commbench, None)
     where = f"--node-commbench {node_commbench}"
     plain = [r for r in recs.get("deepspeed", []) if series(r)[1] == "none"]
-    missing = [s for s, got in (("deepspeed", plain), (GATHER, recs.get(GATHER))) if not got]
+    needed = (("deepspeed", plain), (GATHER, recs.get(GATHER)), *([(SCATTER, recs.get(SCATTER))] if stage == 3 else []))
+    missing = [s for s, got in needed if not got]
     if missing:
         raise UserError(f"{where} timed no {' or '.join(missing)} (run.py commbench --backends deepspeed --nodes 1)")
     flat = [r for rs in recs.values() for r in rs]

@@ -38,13 +38,17 @@ class Link:
     # bandwidth.unphysical); the projection then takes it held at alpha, beta >= 0, and says so
     time_why: str | None = None
     cpu_why: str | None = None
-    # the library's all-gather of its parameters on the same link (DeepSpeed's after a ZeRO-1/2 step), where
-    # commbench timed it (`deepspeed all-gather`); None: not measured
+    # the library's all-gather of its parameters on the same link (DeepSpeed's after a ZeRO-1/2 step, in a ZeRO-3
+    # forward), where commbench timed it (`deepspeed all-gather`); None: not measured
     gather: Link | None = None
+    # its gradients' reduce-scatter (DeepSpeed's at the end of a ZeRO-3 backward), where commbench timed it
+    # (`deepspeed reduce-scatter`), taken as a ring the same way (`allgather_s`); None: not measured
+    scatter: Link | None = None
 
     def allgather_s(self, nbytes: float, world: int) -> float:
-        """This fit taken as a ring all-gather of nbytes in all at `world` ranks: W-1 latency steps and (W-1)/W of
-        the bytes on each link, scaled from the world size it was measured at (a fit of an all-gather, `gather`)."""
+        """This fit taken as a ring all-gather (or reduce-scatter) of nbytes in all at `world` ranks: W-1 latency
+        steps and (W-1)/W of the bytes on each link, scaled from the world size it was measured at (a fit of an
+        all-gather, `gather`, or of a reduce-scatter, `scatter`)."""
         if world <= 1:
             return 0.0
         measured = (self.world - 1) / self.world

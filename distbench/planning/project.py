@@ -75,8 +75,12 @@ def _check_zero(r: ProjectRequest, names: list[str]) -> None:
         raise UserError(f"--zero-stage {r.zero_stage}: only the DeepSpeed backends have ZeRO stages; add deepspeed")
     if r.zero_stage not in ZERO_STAGES_MODELLED:
         raise UserError(
-            f"--zero-stage {r.zero_stage}: project models stages {', '.join(map(str, ZERO_STAGES_MODELLED))}; "
-            "ZeRO-3's all-gathers of each layer in forward and backward are not modelled"
+            f"--zero-stage {r.zero_stage}: DeepSpeed's ZeRO stages are {', '.join(map(str, ZERO_STAGES_MODELLED))}"
+        )
+    if r.zero_stage == 3 and zero and r.node_sweep is None:
+        raise UserError(
+            "--zero-stage 3: project models ZeRO-3 only with its engine measured on one node (give --node-sweep and "
+            "--node-commbench; docs/projection.md)"
         )
     if zero and r.grad_compression != "none":
         raise UserError(
@@ -92,7 +96,7 @@ def _engines(r: ProjectRequest, names: list[str]) -> dict[str, Engine] | None:
     zero = [b for b in names if MODELS[b] == "zero"]
     if not zero or not r.zero_stage or None in (r.node_sweep, r.node_commbench):
         raise UserError(
-            "--node-sweep and --node-commbench measure ZeRO-1/2's engine: give both, --zero-stage 1 or 2 and a "
+            "--node-sweep and --node-commbench measure ZeRO-1/2/3's engine: give both, --zero-stage 1, 2 or 3 and a "
             "DeepSpeed backend"
         )
     return {b: load_engine(r.node_sweep, r.node_commbench, b, r.zero_stage) for b in zero}

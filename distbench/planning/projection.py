@@ -27,6 +27,7 @@ from distbench.planning.reference import Phases, Reference, median_phases
 from distbench.planning.timeline import (
     GRADIENT_ALLREDUCE,
     MODELS,
+    ZERO3_FOUND,
     ZERO_ENGINE_FOUND,
     ZERO_FOUND,
     ZERO_GATHER_FOUND,
@@ -36,6 +37,7 @@ from distbench.planning.timeline import (
 )
 
 RESAMPLES = 200  # bootstrap resamples behind each interval
+SHARDED = {"gather": "all-gather", "scatter": "reduce-scatter"}  # Link's field: commbench's collective
 
 
 def interval(point: float, resamples: list[float]) -> tuple[float | None, float | None, str | None]:
@@ -88,25 +90,31 @@ class Projection:
             raise UserError(f"the commbench timed {carrier} neither with {compression} nor uncompressed")
         return plain, COMPRESSED_FRACTION[compression], f"commbench fit of {carrier} at {compression}'s size"
 
-    def link_for(self, backend: str, recs: list[dict] | None = None, gathered: list[dict] | None = None) -> Link:
+    def link_for(self, backend: str, recs: list[dict] | None = None, sharded: dict | None = None) -> Link:
         """The link this library's gradients travel on: the fit of its carrier's records (or of `recs`, a resample
-        of them), with its parameters' all-gather where commbench timed it (or `gathered`, a resample), or the
-        nominal rate."""
+        of them), with its parameters' all-gather and its gradients' reduce-scatter where commbench timed them (or
+        `sharded`, a resample), or the nominal rate."""
         if self.links is None:
             return Link.nominal(self.rate, self.plan.compression)
         carried, fraction, said = self.carried(backend)
         link_ = fit_link(recs if recs is not None else carried, said, fraction)
-        gather = self.gathered(backend)
-        if gather is None:
-            return link_
-        name = f"{self.measured_as(backend)} all-gather"
-        return replace(link_, gather=fit_link(gathered or gather, f"commbench fit of {name}"))
+        fits = {
+            field: fit_link(got, f"commbench fit of {self.measured_as(backend)} {SHARDED[field]}")
+            for field, got in (sharded or self.sharded(backend)).items()
+        }
+        return replace(link_, **fits)
+
+    def sharded(self, backend: str) -> dict[str, list[dict]]:
+        """commbench's records of the library's sharding collectives (ZeRO's parameter all-gather, `gather`, and
+        gradient reduce-scatter, `scatter`), those it timed."""
+        if MODELS.get(backend) != "zero" or self.links is None:
+            return {}
+        got = {f: self.links.get(f"{self.measured_as(backend)} {c}") for f, c in SHARDED.items()}
+        return {f: recs for f, recs in got.items() if recs}
 
     def gathered(self, backend: str) -> list[dict] | None:
         """commbench's records of the library's parameter all-gather (ZeRO's), where it timed them."""
-        if MODELS.get(backend) != "zero" or self.links is None:
-            return None
-        return self.links.get(f"{self.measured_as(backend)} all-gather")
+        return self.sharded(backend).get("gather")
 
     @property
     def micro_runs(self) -> list[Phases] | None:
@@ -129,12 +137,7 @@ class Projection:
         plan, m, out = self.plan, self.measured, []
         engine = self.engine(backend)
         if engine is not None:
-            out += [engine.said(plan.zero_stage, self.profile.total_bytes), ZERO_ENGINE_FOUND]
-            if engine.world != plan.world:
-                out.append(
-                    f"ZeRO-{plan.zero_stage}'s engine measured at {engine.world} processes, planned at {plan.world}: "
-                    f"its work on the partition is taken as measured, not rescaled to a 1/{plan.world} partition"
-                )
+            out += self._engine_warnings(backend, engine)
         elif MODELS.get(backend) == "zero" and plan.zero_stage:
             out.append(ZERO_FOUND if self.gathered(backend) is None else ZERO_GATHER_FOUND)
         if m is None:
@@ -161,6 +164,22 @@ class Projection:
             )
         return out
 
+    def _engine_warnings(self, backend: str, engine: Engine) -> list[str]:
+        """What a ZeRO prediction with the engine measured on one node rests on, and what its validation found."""
+        stage, world = self.plan.zero_stage, self.plan.world
+        out = [engine.said(stage, self.profile), ZERO_ENGINE_FOUND if stage < 3 else ZERO3_FOUND]
+        if engine.world != world:
+            out.append(
+                f"ZeRO-{stage}'s engine measured at {engine.world} processes, planned at {world}: its work on the "
+                f"partition is taken as measured, not rescaled to a 1/{world} partition"
+            )
+        if stage == 3 and "scatter" not in self.sharded(backend):
+            out.append(
+                "ZeRO-3's reduce-scatter on the planned link was not timed by commbench (nominal, or a commbench from "
+                "before it was): taken as half a ring all-reduce"
+            )
+        return out
+
     def link_warnings(self, link_: Link) -> list[str]:
         """A fit that is not physical, as the prediction takes it (held at alpha, beta >= 0)."""
         whys = {"": link_.time_why, " (the computation it takes)": self.plan.cores_shared and link_.cpu_why}
@@ -182,7 +201,7 @@ class Projection:
         profile = profile or self.profile
         comp = Computation.of(phases, profile, self.ref.batch_size, self.plan, micro)
         engine = self.engine(backend)
-        engine_s = engine and engine.term_s(self.plan.zero_stage, self.profile.total_bytes, rng)
+        engine_s = engine and engine.term_s(self.plan.zero_stage, self.profile, rng)
         return step_s(backend, comp, profile, link_, self.plan, self.cap_mb, engine_s)
 
     def predict(self, backend: str, seed: int = 0) -> dict:
@@ -211,8 +230,9 @@ class Projection:
             "link_rate": self.rate,
             "link": link_.source,
             **({"all_gather": link_.gather.source} if link_.gather else {}),
+            **({"reduce_scatter": link_.scatter.source} if link_.scatter and plan.zero_stage == 3 else {}),
             **(
-                {"engine_ms": 1e3 * self.engine(backend).term_s(plan.zero_stage, self.profile.total_bytes)}
+                {"engine_ms": 1e3 * self.engine(backend).term_s(plan.zero_stage, self.profile)}
                 if self.engine(backend)
                 else {}
             ),
@@ -234,6 +254,7 @@ class Projection:
                 *self.warnings(backend),
                 *self.link_warnings(link_),
                 *(self.link_warnings(link_.gather) if link_.gather else []),
+                *(self.link_warnings(link_.scatter) if link_.scatter and plan.zero_stage == 3 else []),
             ],
         }
 
@@ -264,8 +285,8 @@ class Projection:
     def _resampled_link(self, backend: str, rng: random.Random) -> Link:
         if self.links is None:
             return Link.nominal(self.rate, self.plan.compression)
-        gathered = self.gathered(backend)
-        return self.link_for(backend, resampled(self.carried(backend)[0], rng), gathered and resampled(gathered, rng))
+        sharded = {f: resampled(recs, rng) for f, recs in self.sharded(backend).items()}
+        return self.link_for(backend, resampled(self.carried(backend)[0], rng), sharded)
 
 
 def with_plan(projection: Projection, **changes) -> Projection:

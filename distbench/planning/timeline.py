@@ -171,7 +171,7 @@ def _fusion_chunks(sizes: list[float]) -> list[float]:
 # DeepSpeed 0.19's defaults below stage 3 (deepspeed/runtime/zero/config.py, engine.py): no overlap_comm, and
 # gradients reduced in buckets of 5e8 elements (reduce_bucket_size; stage 0: MEMORY_OPT_ALLREDUCE_SIZE)
 ZERO_BUCKET_ELEMENTS = 500_000_000
-ZERO_STAGES_MODELLED = (0, 1, 2)
+ZERO_STAGES_MODELLED = (0, 1, 2, 3)  # stage 3: only with its engine measured on one node (engine.py)
 NORM_BYTES = 4  # stages 1-2 all-reduce the gradients' norm every step: one float32 (stage_1_and_2.scaled_global_norm)
 # what the first validation found of stages 1-2 with the all-gather taken as half an all-reduce and no norm
 # (docs/projection.md, 2026-12-03, MNIST at 2 nodes): `project` says it where commbench did not time the all-gather
@@ -196,37 +196,63 @@ ZERO_ENGINE_FOUND = (
     "paired within rounds, within 8 %), with the engine measured at the planned 2 processes (docs/projection.md)"
 )
 
+ZERO3_FOUND = "ZeRO-3's model has not been validated against measured runs yet (docs/projection.md)"
+
 
 def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, engine_s: float | None = None) -> float:
-    """DeepSpeed's engine at ZeRO stages 0-2: at the accumulation boundary, after the last backward, it all-reduces
-    the gradients in buckets of ZERO_BUCKET_ELEMENTS (one for any model under 2 GB), through deepspeed.comm, not
-    overlapped with backward (stage 2's reduce-scatter is, on this path, an all-reduce of each bucket of which each
+    """DeepSpeed's engine at ZeRO stages 0-3: at the accumulation boundary, after the last backward, stages 0-2
+    all-reduce the gradients in buckets of ZERO_BUCKET_ELEMENTS (one for any model under 2 GB), through deepspeed.comm,
+    not overlapped with backward (stage 2's reduce-scatter is, on this path, an all-reduce of each bucket of which each
     rank keeps its partition: stage_1_and_2.average_tensor); its all-reduces' computation comes after backward's, not
     during it. Stage 0 then steps the whole optimizer. Stages 1-2 all-reduce the gradients' norm (one float, every
     step, whether or not it clips: a latency on which the ranks wait for each other), step their 1/W partition of the
     optimizer and all-gather the updated fp32 parameters (all_gather_dp_groups): commbench's fit of DeepSpeed's own
     all_gather_into_tensor where it timed it (`link_.gather`), else half a ring all-reduce of as many bytes (its
     arithmetic; the first validation found it too fast: ZERO_FOUND). Where the engine was measured on one node
-    (`engine_s`: its step at stage K beyond stage 0's, less its collectives there; engine.py), stages 1-2 are stage 0's
-    timeline, that measured work, and the norm and the all-gather on the planned link; else the engine's own work is
-    the optimizer's partition alone (ZERO_GATHER_FOUND: about 3 ms a step short at two ranks)."""
+    (`engine_s`: its step at stage K beyond stage 0's, less its collectives there beyond stage 0's; engine.py), stage K
+    is stage 0's timeline, that measured work, and what stage K exchanges beyond stage 0 on the planned link
+    (`zero_exchanges_s`); else (stages 1-2 only) the engine's own work is the optimizer's partition alone
+    (ZERO_GATHER_FOUND: about 3 ms a step short at two ranks)."""
     total = profile.total_bytes
-    bucket = ZERO_BUCKET_ELEMENTS * 4  # float32 gradients
-    clock = comp.backward_start + comp.backward
-    for start in range(0, int(total), bucket):
-        clock += link_.allreduce_s(link_.wire_fraction * min(bucket, total - start), plan.world)
+    clock = comp.backward_start + comp.backward + zero_allreduce_s(link_, total, plan.world)
     if plan.zero_stage == 0:
         return clock + comp.optimizer
-    if link_.gather is None:
-        gather = link_.allreduce_s(total, plan.world) / 2
-    else:
-        gather = link_.gather.allgather_s(total, plan.world)
-    norm = link_.allreduce_s(NORM_BYTES, plan.world)
     if engine_s is not None:
-        return clock + comp.optimizer + engine_s + norm + gather
+        return clock + comp.optimizer + engine_s + zero_exchanges_s(link_, profile, plan.zero_stage, plan.world)
+    gather = _gather_s(link_, total, plan.world)
     if link_.gather is None:
         return clock + comp.optimizer / plan.world + gather
-    return clock + norm + comp.optimizer / plan.world + gather
+    return clock + link_.allreduce_s(NORM_BYTES, plan.world) + comp.optimizer / plan.world + gather
+
+
+def zero_allreduce_s(link_: Link, total: float, world: int) -> float:
+    """Stages 0-2's all-reduce of `total` bytes of gradients, one bucket of ZERO_BUCKET_ELEMENTS after another."""
+    bucket = ZERO_BUCKET_ELEMENTS * 4  # float32 gradients
+    return sum(
+        link_.allreduce_s(link_.wire_fraction * min(bucket, total - start), world)
+        for start in range(0, int(total), bucket)
+    )
+
+
+def zero_exchanges_s(link_: Link, profile: Profile, stage: int, world: int) -> float:
+    """What a ZeRO-`stage` step exchanges beyond a stage-0 step, s, on `link_`. Stages 1-2: the gradients' norm
+    all-reduced and the updated parameters all-gathered. Stage 3 (DeepSpeed 0.19's defaults, as its comms logger saw
+    them at 2 ranks, docs/projection.md): the norm, each parameter all-gathered once per step as forward fetches it
+    (one all_gather_into_tensor per parameter: `profile.grad_bytes`; with the default live-parameter and reuse limits a
+    model that fits keeps them through backward), and the gradients reduce-scattered once backward is done, in place
+    of stage 0's all-reduce. The all-gather and reduce-scatter are commbench's fits where it timed them, else half a
+    ring all-reduce (their arithmetic)."""
+    norm = link_.allreduce_s(NORM_BYTES, world)
+    total = profile.total_bytes
+    if stage in (1, 2):
+        return norm + _gather_s(link_, total, world)
+    gathers = sum(_gather_s(link_, b, world) for b in profile.grad_bytes)
+    scatter = link_.scatter.allgather_s(total, world) if link_.scatter else link_.allreduce_s(total, world) / 2
+    return norm + gathers + scatter - zero_allreduce_s(link_, total, world)
+
+
+def _gather_s(link_: Link, nbytes: float, world: int) -> float:
+    return link_.gather.allgather_s(nbytes, world) if link_.gather else link_.allreduce_s(nbytes, world) / 2
 
 
 # the timeline each library follows (Accelerate and Fabric wrap the model in DDP; DeepSpeed's engine: zero_step)

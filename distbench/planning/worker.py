@@ -139,11 +139,22 @@ def all_gather(backend, size: int):
     return lambda _t: backend.parameter_all_gather(flat, part)
 
 
+def reduce_scatter(backend, size: int):
+    """The library's reduce-scatter of a flat buffer of `size` bytes of gradients (float32), each rank keeping its 1/W
+    partition, as the library calls it (DeepSpeed's reduce_scatter_tensor at the end of a ZeRO-3 backward)."""
+    world = backend.world_size
+    flat = torch.ones(max(world, size // 4 // world * world), dtype=torch.float32, device=backend.device)
+    part = flat.chunk(world)[backend.rank].clone()
+    return lambda _t: backend.gradient_reduce_scatter(flat, part)
+
+
 def collective_call(backend, collective: str, size: int, compression: str):
     """What is timed for `collective` at `size` bytes: the call, and the tensor it is given."""
     t = torch.ones(max(1, size // 4), dtype=torch.float32, device=backend.device)
     if collective == "all-gather":
         return all_gather(backend, size), t
+    if collective == "reduce-scatter":
+        return reduce_scatter(backend, size), t
     return exchange(backend, compression), t
 
 
@@ -190,9 +201,11 @@ def main() -> None:
     backend.setup()
     load = Load() if backend.device.type == "cpu" else None
     sizes = [int(s) for s in a.sizes.split(",")]
-    # the gradients' all-reduce; and where the library all-gathers its parameters after each step (ZeRO), that too,
-    # uncompressed (DeepSpeed gathers the parameters in their own dtype)
-    collectives = ["all-reduce", *(["all-gather"] if spec.zero_stages and a.grad_compression == "none" else [])]
+    # the gradients' all-reduce; and where the library shards (ZeRO), its parameters' all-gather (after a ZeRO-1/2
+    # step, in a ZeRO-3 forward) and its gradients' reduce-scatter (ZeRO-3), uncompressed (DeepSpeed gathers the
+    # parameters in their own dtype)
+    sharded = ["all-gather", "reduce-scatter"] if spec.zero_stages and a.grad_compression == "none" else []
+    collectives = ["all-reduce", *sharded]
     results = {
         c: {str(size): time_collective(backend, size, a.repeats, a.grad_compression, load, c) for size in sizes}
         for c in collectives

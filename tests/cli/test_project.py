@@ -142,7 +142,7 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
         (["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "single"], "--backends"),
         (
             ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "deepspeed", "--zero-stage", "3"],
-            "ZeRO-3's all-gathers of each layer",
+            "ZeRO-3 only with its engine measured on one node",
         ),
         ([*EXAMPLE, "--nodes", "4"], "measured at micro-batch 32"),
         (

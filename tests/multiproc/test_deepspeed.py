@@ -163,13 +163,16 @@ def test_a_killed_zero2_run_resumes_from_deepspeeds_own_checkpoint_exactly(tmp_p
 
 @pytest.mark.multiproc
 @pytest.mark.timeout(300)
-def test_commbench_times_deepspeeds_all_gather_beside_its_all_reduce(tmp_path):
+def test_commbench_times_deepspeeds_all_gather_and_reduce_scatter_beside_its_all_reduce(tmp_path):
     """Under DeepSpeed's own launcher, commbench times deepspeed.comm's all_gather_into_tensor (what ZeRO-1 and 2
-    call after each step) at every size beside the gradients' all-reduce, and fits each apart."""
+    call after each step, ZeRO-3 in forward) and reduce_scatter_tensor (ZeRO-3's after backward) at every size beside
+    the gradients' all-reduce, and fits each apart."""
     out = tmp_path / "cb"
     cmd = py("run.py commbench --backends deepspeed --nprocs 2 --sizes 4096,65536,1048576 --repeats 2 --rounds 1")
     run_cmd([*cmd, "--out", str(out)], timeout=240, env=child_env(tmp_path))
     rows = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
     timed = {(r["collective"], r["size_bytes"]) for r in rows if r["time_s"] > 0 and r["launcher"] == DEEPSPEED.name}
-    assert timed == {(c, s) for c in ("all-reduce", "all-gather") for s in (4096, 65536, 1048576)}, rows
-    assert set(json.loads((out / "fit.json").read_text())) == {"deepspeed", "deepspeed all-gather"}
+    collectives = ("all-reduce", "all-gather", "reduce-scatter")
+    assert timed == {(c, s) for c in collectives for s in (4096, 65536, 1048576)}, rows
+    fits = {"deepspeed", "deepspeed all-gather", "deepspeed reduce-scatter"}
+    assert set(json.loads((out / "fit.json").read_text())) == fits

@@ -171,6 +171,20 @@ def test_stages_1_and_2_take_the_all_gather_commbench_timed_and_the_norms_all_re
     assert gather.allgather_s(1e6, 1) == 0.0
 
 
+def test_zero_3_exchanges_each_parameter_and_reduce_scatters_in_place_of_the_all_reduce():
+    """Beyond a stage-0 step, ZeRO-3 exchanges the norm (1 ms + 4 x 80 ns), each of the 3 parameters all-gathered
+    (3 x 2 ms + 100 ns/B x 6,000,400 B), the gradients reduce-scattered (1 ms + 50 ns/B x 6,000,400 B), and not stage
+    0's all-reduce (1 ms + 80 ns/B x 6,000,400 B); stages 1-2 the norm and one all-gather of all the bytes."""
+    gather, scatter = lk.Link(2e-3, 1e-7, 2, "gather"), lk.Link(1e-3, 5e-8, 2, "scatter")
+    link_ = dataclasses.replace(lk.Link(1e-3, 8e-8, 2, "test"), gather=gather, scatter=scatter)
+    norm = 1e-3 + 4 * 8e-8
+    expected = norm + (6e-3 + 0.60004) + (1e-3 + 0.30002) - (1e-3 + 0.480032)
+    assert tl.zero_exchanges_s(link_, PROFILE, 3, 2) == pytest.approx(expected)
+    assert tl.zero_exchanges_s(link_, PROFILE, 2, 2) == pytest.approx(norm + 2e-3 + 0.60004)
+    step = tl.zero_step(_computation(), PROFILE, link_, dataclasses.replace(PLAN, zero_stage=3), 0.005)
+    assert step == pytest.approx(tl.zero_step(_computation(), PROFILE, link_, PLAN) + 0.005 + expected)
+
+
 def _engine_inputs(tmp_path, steps_ms, nodes=1):
     """A compare folder of deepspeed at 2 processes on one node, ZeRO stages 0 and 1 at `steps_ms` per round, and a
     commbench of its collectives on `nodes` node(s): all-reduce 0.5 ms + 0.1 ns/B, the all-gather 1 ms + 0.1 ns/B."""
@@ -203,7 +217,7 @@ def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its
     sweep, node = _engine_inputs(tmp_path, [(20.0, 26.0), (20.0, 25.0)])
     engine = en.load_engine(sweep, node, "deepspeed", 1)
     assert engine.world == 2 and sorted(engine.extra_s[1]) == pytest.approx([5e-3, 6e-3])
-    term = engine.term_s(1, PROFILE.total_bytes)
+    term = engine.term_s(1, PROFILE)
     assert term == pytest.approx(5.5e-3 - (5e-4 + 4e-10) - (1e-3 + 0.60004e-3))
     gather = lk.Link(2e-3, 1e-7, 2, "gather")
     link_ = dataclasses.replace(lk.Link(1e-3, 8e-8, 2, "test"), gather=gather)
@@ -219,8 +233,8 @@ def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its
     assert any(w.startswith("ZeRO-1's engine beyond stage 0 measured on one node at 2") for w in predicted["warnings"])
     small, node = _engine_inputs(tmp_path / "small", [(20.0, 20.5)])  # 0.5 ms, less than its collectives take
     held = en.load_engine(small, node, "deepspeed", 1)
-    assert held.term_s(1, PROFILE.total_bytes) == 0.0
-    assert "more than the 0.50 ms measured: not physical, taken as 0" in held.said(1, PROFILE.total_bytes)
+    assert held.term_s(1, PROFILE) == 0.0
+    assert "more than the 0.50 ms measured: not physical, taken as 0" in held.said(1, PROFILE)
     for bad, match in (({"nodes": 2}, "not one node"), ({}, "no one-node deepspeed runs at 2 processes")):
         sweep, node = _engine_inputs(tmp_path / str(len(match)), [(20.0, 26.0)], **bad)
         with pytest.raises(UserError, match=match):
@@ -264,15 +278,17 @@ def test_project_refuses_what_its_zero_model_does_not_cover():
         given.update(backends="ddp,deepspeed", grad_compression="none", batch_size=0, profile=None)
         return pjt.ProjectRequest(**{**given, **changes})
 
-    with pytest.raises(UserError, match="^--zero-stage 3: project models stages 0, 1, 2; ZeRO-3's all-gathers"):
+    with pytest.raises(UserError, match="^--zero-stage 3: project models ZeRO-3 only with its engine measured"):
         pjt._check_zero(request(zero_stage=3), ["ddp", "deepspeed"])
+    with pytest.raises(UserError, match="^--zero-stage 4: DeepSpeed's ZeRO stages are 0, 1, 2, 3"):
+        pjt._check_zero(request(zero_stage=4), ["ddp", "deepspeed"])
     with pytest.raises(UserError, match="^--zero-stage 2: only the DeepSpeed backends have ZeRO stages"):
         pjt._check_zero(request(zero_stage=2), ["ddp"])
     with pytest.raises(UserError, match="^--grad-compression fp16: project models deepspeed uncompressed only"):
         pjt._check_zero(request(grad_compression="fp16"), ["ddp", "deepspeed"])
     pjt._check_zero(request(zero_stage=2), ["ddp", "deepspeed"])  # fine
     for given in (dict(node_sweep="s", node_commbench="c"), dict(node_sweep="s", zero_stage=1)):
-        with pytest.raises(UserError, match="^--node-sweep and --node-commbench measure ZeRO-1/2's engine: give both"):
+        with pytest.raises(UserError, match="^--node-sweep and --node-commbench measure ZeRO-1/2/3's engine: give"):
             pjt._engines(request(**given), ["ddp", "deepspeed"])
     assert cb.backend_names("deepspeed,ddp") == ["deepspeed", "ddp"]
 
