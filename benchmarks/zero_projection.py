@@ -235,7 +235,8 @@ def paired_lines(data: list[dict]) -> list[dict]:
     rows = paired_rows(data)
     lines = [
         "",
-        "Stages 1 and 2 against stage 0 at the same link, samples/s over samples/s: predicted, and measured within "
+        f"Stage{'s' if len(stages()) > 2 else ''} {' and '.join(map(str, stages()[1:]))} against stage 0 at the same "
+        "link, samples/s over samples/s: predicted, and measured within "
         "each round (median, and each round's); the error is the predicted ratio's against the measured median.",
         "",
         "| link | ZeRO stage | predicted / stage 0 | measured / stage 0 (rounds) | error |",

@@ -81,7 +81,12 @@ def project_params() -> list[inspect.Parameter]:
             None,
             help="The backward profile a previous project wrote (OUTPUT.profile.json): no measuring.",
         ),
-        param("zero_stage", int, 0, help="The DeepSpeed backends' ZeRO stage: 0, 1 or 2 (stage 3 is not modelled)."),
+        param(
+            "zero_stage",
+            int,
+            0,
+            help="The DeepSpeed backends' ZeRO stage: 0-3 (3: with --node-sweep and --node-commbench).",
+        ),
         param(
             "node_sweep",
             Path | None,

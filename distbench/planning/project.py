@@ -36,7 +36,7 @@ class ProjectRequest:
     profile: Path | None  # None: measure it
     zero_stage: int = 0  # the ZeRO stage of the DeepSpeed backends' rows
     node_sweep: Path | None = None  # a compare of the DeepSpeed backend on one node at ZeRO stages 0 and K
-    node_commbench: Path | None = None  # commbench of deepspeed on that node: with node_sweep, ZeRO-1/2's engine
+    node_commbench: Path | None = None  # commbench of deepspeed on that node: with node_sweep, ZeRO-K's engine
 
 
 def run(request: ProjectRequest) -> None:

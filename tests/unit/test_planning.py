@@ -235,10 +235,12 @@ def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its
     held = en.load_engine(small, node, "deepspeed", 1)
     assert held.term_s(1, PROFILE) == 0.0
     assert "more than the 0.50 ms measured: not physical, taken as 0" in held.said(1, PROFILE)
-    for bad, match in (({"nodes": 2}, "not one node"), ({}, "no one-node deepspeed runs at 2 processes")):
+    cases = (({"nodes": 2}, 1, "not one node"), ({}, 2, "no one-node deepspeed runs at 2 processes"))
+    cases += (({}, 3, "timed no deepspeed reduce-scatter"),)  # ZeRO-3's, which this commbench did not time
+    for bad, stage, match in cases:
         sweep, node = _engine_inputs(tmp_path / str(len(match)), [(20.0, 26.0)], **bad)
         with pytest.raises(UserError, match=match):
-            en.load_engine(sweep, node, "deepspeed", 2 if not bad else 1)
+            en.load_engine(sweep, node, "deepspeed", stage)
 
 
 def test_commbench_keeps_the_all_gather_apart_from_the_all_reduce(tmp_path):
