@@ -52,12 +52,13 @@ OUT = FIRST  # the validation's folder: --results
 RATES = ("none", "1gbit", "100mbit")
 STAGES = (0, 1, 2)  # the stages validated in a folder; ZeRO-3's (zero3): STAGES3
 STAGES3 = (0, 3)
+ALL_STAGES = (0, 1, 2, 3)  # zero-node: stage 0's own step measured on one node too
 BATCH = 64  # MNIST's global batch: micro-batch 32 at 2 x 1
 
 
 def stages() -> tuple[int, ...]:
     """The ZeRO stages this validation's folder holds."""
-    return STAGES3 if OUT.name == "zero3" else STAGES
+    return {"zero3": STAGES3, "zero-node": ALL_STAGES}.get(OUT.name, STAGES)
 
 
 SECTIONS = {  # docs/projection.md's section of each validation, by its folder's name
@@ -65,6 +66,7 @@ SECTIONS = {  # docs/projection.md's section of each validation, by its folder's
     "zero-gather": "## DeepSpeed's ZeRO stages 0-2 with commbench's all-gather and the norm: predicted, then measured",
     "zero-engine": "## DeepSpeed's ZeRO stages 0-2 with the engine measured on one node: predicted, then measured",
     "zero3": "## DeepSpeed's ZeRO-3 with the engine measured on one node: predicted, then measured",
+    "zero-node": "## DeepSpeed's ZeRO stages 0-3, stage 0 measured on one node too: predicted, then measured",
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
@@ -168,7 +170,7 @@ def predict() -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             plan = [*NODES, "--batch-size", str(BATCH), "--backends", "deepspeed", "--zero-stage", str(stage)]
             commbench = ["--commbench", str(OUT / "commbench" / rate)]
-            if measured and stage:
+            if measured:  # every stage since stage 0's step is measured there too (zero-engine, zero3: 1-3 only)
                 commbench += ["--node-sweep", str(engine_dir()), "--node-commbench", str(node_commbench())]
             run(["run.py", "project", *map(str, references()), *commbench, *plan, "--output", str(path)])
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import random
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from distbench.errors import UserError
 from distbench.planning.commbench_report import series
 from distbench.planning.links import Link, fit_link, load_links, resampled
 from distbench.planning.profile import Profile
-from distbench.planning.timeline import zero_exchanges_s
+from distbench.planning.timeline import Computation, Plan, zero_exchanges_s, zero_step
 
 GATHER = "deepspeed all-gather"  # commbench's series of DeepSpeed's parameter all-gather (`all_gather_into_tensor`)
 SCATTER = "deepspeed reduce-scatter"  # and of its gradients' reduce-scatter at ZeRO-3 (`reduce_scatter_tensor`)
@@ -30,18 +30,34 @@ SCATTER = "deepspeed reduce-scatter"  # and of its gradients' reduce-scatter at 
 @dataclass(frozen=True)
 class Engine:
     """One library's engine at one node: each round's step at stage K less its step at stage 0, s (`extra_s`, per
-    stage), at `world` processes, and the node's commbench records of DeepSpeed's collectives."""
+    stage), each round's step at stage 0 (`stage0_s`), at `world` processes, and the node's commbench records of
+    DeepSpeed's collectives."""
 
     backend: str
     world: int
     extra_s: dict[int, list[float]]
     node_recs: dict[str, list[dict]]
     where: str  # the node's commbench folder, as the prediction says it
+    stage0_s: list[float] = field(default_factory=list)
+    micro_batch: int = 0  # the one-node runs' micro-batch per process
+
+    def stage0_residual_s(self, comp: Computation, profile: Profile, plan: Plan, rng: random.Random | None) -> float:
+        """What stage 0's step took on the node beyond what zero_step gives for it there (the same computation and
+        processes, the node's all-reduce), s: the median over rounds (with `rng`: a bootstrap resample of the rounds
+        and of the node's commbench) less the model's; added to every stage's step on the planned link."""
+        steps, recs = self.stage0_s, self.node_recs
+        if rng is not None:
+            steps = [rng.choice(steps) for _ in steps]
+            recs = {k: resampled(v, rng) for k, v in recs.items()}
+        there = replace(plan, nodes=1, nprocs=self.world, zero_stage=0)
+        return statistics.median(steps) - zero_step(comp, profile, self.node(recs), there)
 
     def term_s(self, stage: int, profile: Profile, rng: random.Random | None = None) -> float:
         """The engine's own work per step at `stage` beyond stage 0's, s: the median paired difference less what
         stage K exchanges beyond stage 0 on the node (timeline.zero_exchanges_s; with `rng`: on a bootstrap resample
-        of both), held at 0 where the collectives come to more (`said` says so)."""
+        of both), held at 0 where the collectives come to more (`said` says so); 0 at stage 0."""
+        if stage == 0:
+            return 0.0
         measured, taken_off = self._parts(stage, profile, rng)
         return max(0.0, measured - taken_off)
 
@@ -91,18 +107,31 @@ def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int
     world = flat[0]["world_size"]
     if not (node_sweep / "results.jsonl").is_file():
         raise UserError(f"--node-sweep {node_sweep}: not a compare folder (no results.jsonl)")
-    extra = _paired(node_sweep, backend, world, stage)
+    steps = _steps(node_sweep, backend, world)
+    extra = [t - steps[(0, n)] for (k, n), t in steps.items() if k == stage and (0, n) in steps]
     if not extra:
         raise UserError(
-            f"--node-sweep {node_sweep}: no one-node {backend} runs at {world} processes at ZeRO stages 0 "
-            f"and {stage} in one round, which {where} is for (compare --backends {backend} --zero-stage 0,{stage} "
-            f"--nodes 1 --nprocs {world})"
+            f"--node-sweep {node_sweep}: no one-node {backend} runs at {world} processes at ZeRO stage"
+            f"{f's 0 and {stage} in one round' if stage else ' 0'}, which {where} is for (compare --backends {backend} "
+            f"--zero-stage 0{f',{stage}' if stage else ''} --nodes 1 --nprocs {world})"
         )
-    return Engine(backend, world, {stage: extra}, recs, str(node_commbench))
+    stage0 = [t for (k, _), t in steps.items() if k == 0]
+    micro = _micro_batch(node_sweep, backend, world)
+    return Engine(backend, world, {stage: extra} if stage else {}, recs, str(node_commbench), stage0, micro)
 
 
-def _paired(node_sweep: Path, backend: str, world: int, stage: int) -> list[float]:
-    """Each round's step at `stage` less its step at stage 0, s: the one-node runs of `backend` at `world`."""
+def _micro_batch(node_sweep: Path, backend: str, world: int) -> int:
+    """The one-node runs' micro-batch per process (their global batch over their processes and micro-batches)."""
+    from distbench.sweep.grouping import load
+
+    for r in load([node_sweep]).records:
+        if r["backend"] == backend and r["world_size"] == world and r.get("global_batch_size"):
+            return r["global_batch_size"] // (world * (r.get("accumulate") or 1))
+    return 0
+
+
+def _steps(node_sweep: Path, backend: str, world: int) -> dict[tuple[int, int], float]:
+    """Each one-node run's step of `backend` at `world`, s, by (ZeRO stage, round)."""
     from distbench.sweep.grouping import load
 
     steps: dict[tuple, float] = {}
@@ -112,4 +141,4 @@ def _paired(node_sweep: Path, backend: str, world: int, stage: int) -> list[floa
             steps[((r.get("config") or {}).get("zero_stage", 0), r["round"])] = (
                 r["global_batch_size"] / r["samples_per_sec"]
             )
-    return [t - steps[(0, n)] for (k, n), t in steps.items() if k == stage and (0, n) in steps]
+    return steps

@@ -94,10 +94,9 @@ def _engines(r: ProjectRequest, names: list[str]) -> dict[str, Engine] | None:
     if r.node_sweep is None and r.node_commbench is None:
         return None
     zero = [b for b in names if MODELS[b] == "zero"]
-    if not zero or not r.zero_stage or None in (r.node_sweep, r.node_commbench):
+    if not zero or None in (r.node_sweep, r.node_commbench):
         raise UserError(
-            "--node-sweep and --node-commbench measure ZeRO-1/2/3's engine: give both, --zero-stage 1, 2 or 3 and a "
-            "DeepSpeed backend"
+            "--node-sweep and --node-commbench measure DeepSpeed's engine: give both and a DeepSpeed backend"
         )
     return {b: load_engine(r.node_sweep, r.node_commbench, b, r.zero_stage) for b in zero}
 

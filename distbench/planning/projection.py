@@ -27,10 +27,9 @@ from distbench.planning.reference import Phases, Reference, median_phases
 from distbench.planning.timeline import (
     GRADIENT_ALLREDUCE,
     MODELS,
-    ZERO3_FOUND,
-    ZERO_ENGINE_FOUND,
     ZERO_FOUND,
     ZERO_GATHER_FOUND,
+    ZERO_NODE_FOUND,
     Computation,
     Plan,
     step_s,
@@ -164,10 +163,34 @@ class Projection:
             )
         return out
 
+    def _engine_terms(self, backend: str, phases: Phases, micro: Phases | None) -> dict:
+        """The engine's measured terms as the output holds them, ms: its own work beyond stage 0 and what stage 0's
+        step took on the node beyond the model (none without an engine)."""
+        engine = self.engine(backend)
+        if engine is None:
+            return {}
+        comp = Computation.of(phases, self.profile, self.ref.batch_size, self.plan, micro)
+        residual = engine.stage0_residual_s(comp, self.profile, self.plan, None)
+        return {"engine_ms": 1e3 * engine.term_s(self.plan.zero_stage, self.profile), "stage0_node_ms": 1e3 * residual}
+
     def _engine_warnings(self, backend: str, engine: Engine) -> list[str]:
         """What a ZeRO prediction with the engine measured on one node rests on, and what its validation found."""
         stage, world = self.plan.zero_stage, self.plan.world
-        out = [engine.said(stage, self.profile), ZERO_ENGINE_FOUND if stage < 3 else ZERO3_FOUND]
+        terms = self._engine_terms(
+            backend, median_phases(self.ref.runs), self.micro_runs and median_phases(self.micro_runs)
+        )
+        out = [
+            f"{engine.backend}'s stage-0 step measured on one node at {engine.world} processes "
+            f"({len(engine.stage0_s)} run(s)): {terms['stage0_node_ms']:+.2f} ms a step beyond the model's there, "
+            "added at every link",
+            *([engine.said(stage, self.profile)] if stage else []),
+            ZERO_NODE_FOUND,
+        ]
+        if engine.micro_batch != self.plan.micro_batch:
+            out.append(
+                f"the one-node runs' micro-batch is {engine.micro_batch}, the plan's {self.plan.micro_batch}: stage "
+                "0's step measured there is compared with the model's at the plan's"
+            )
         if engine.world != world:
             out.append(
                 f"ZeRO-{stage}'s engine measured at {engine.world} processes, planned at {world}: its work on the "
@@ -190,8 +213,8 @@ class Projection:
         ]
 
     def engine(self, backend: str) -> Engine | None:
-        """The library's engine as measured on one node, where the plan's ZeRO stage has it (engine.py)."""
-        return (self.engines or {}).get(backend) if MODELS.get(backend) == "zero" and self.plan.zero_stage else None
+        """The library's engine as measured on one node, where it was (engine.py)."""
+        return (self.engines or {}).get(backend) if MODELS.get(backend) == "zero" else None
 
     def one(
         self, backend: str, phases: Phases, link_: Link, micro: Phases | None = None, profile=None, rng=None
@@ -201,8 +224,11 @@ class Projection:
         profile = profile or self.profile
         comp = Computation.of(phases, profile, self.ref.batch_size, self.plan, micro)
         engine = self.engine(backend)
-        engine_s = engine and engine.term_s(self.plan.zero_stage, self.profile, rng)
-        return step_s(backend, comp, profile, link_, self.plan, self.cap_mb, engine_s)
+        if engine is None:
+            return step_s(backend, comp, profile, link_, self.plan, self.cap_mb)
+        engine_s = engine.term_s(self.plan.zero_stage, self.profile, rng)
+        step = step_s(backend, comp, profile, link_, self.plan, self.cap_mb, engine_s)
+        return step + engine.stage0_residual_s(comp, profile, self.plan, rng)
 
     def predict(self, backend: str, seed: int = 0) -> dict:
         """One library's prediction, as the output holds it (one object per backend): its step time, samples/s and
@@ -231,11 +257,7 @@ class Projection:
             "link": link_.source,
             **({"all_gather": link_.gather.source} if link_.gather else {}),
             **({"reduce_scatter": link_.scatter.source} if link_.scatter and plan.zero_stage == 3 else {}),
-            **(
-                {"engine_ms": 1e3 * self.engine(backend).term_s(plan.zero_stage, self.profile)}
-                if self.engine(backend)
-                else {}
-            ),
+            **(self._engine_terms(backend, median_phases(self.ref.runs), micro and median_phases(micro))),
             "computation": f"measured at micro-batch {plan.micro_batch}"
             if micro
             else f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile",

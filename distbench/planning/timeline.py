@@ -196,6 +196,8 @@ ZERO_ENGINE_FOUND = (
     "paired within rounds, within 8 %), with the engine measured at the planned 2 processes (docs/projection.md)"
 )
 
+ZERO_NODE_FOUND = "not validated yet"
+
 # what the validation of ZeRO-3 found (docs/projection.md, 2026-12-05), written after it
 ZERO3_FOUND = (
     "ZeRO-3 with the engine measured on one node was predicted +7 % at 100 Mbit/s, +15 % at 1 Gbit/s and +24 % on an "

@@ -227,10 +227,23 @@ def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its
     assert step1 == pytest.approx(step0 + term + (1e-3 + 4 * 8e-8) + (2e-3 + 0.60004))
     ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES, PHASES], [1000.0, 1000.0])
     _, links = lk.load_links(node, None)  # as the planned link here: only the engine matters
-    predicted = pj.Projection(ref, PROFILE, zero1, links, "none", 1.0, {"deepspeed": engine}).predict("deepspeed")
+    projection = pj.Projection(ref, PROFILE, zero1, links, "none", 1.0, {"deepspeed": engine})
+    predicted = projection.predict("deepspeed")
     assert predicted["engine_ms"] == pytest.approx(term * 1e3)
-    assert tl.ZERO_GATHER_FOUND not in predicted["warnings"] and tl.ZERO_ENGINE_FOUND in predicted["warnings"]
+    assert tl.ZERO_GATHER_FOUND not in predicted["warnings"] and tl.ZERO_NODE_FOUND in predicted["warnings"]
     assert any(w.startswith("ZeRO-1's engine beyond stage 0 measured on one node at 2") for w in predicted["warnings"])
+    # stage 0's own step there (20 ms in both rounds) less what zero_step gives for it on the node's link, added to
+    # every stage's step on the planned one
+    comp = tl.Computation.of(PHASES, PROFILE, 64, zero1)
+    node_link = engine.node()
+    there = tl.zero_step(comp, PROFILE, node_link, dataclasses.replace(PLAN, nodes=1, nprocs=2))
+    assert predicted["stage0_node_ms"] == pytest.approx(1e3 * (20e-3 - there))
+    planned = tl.zero_step(comp, PROFILE, projection.link_for("deepspeed"), zero1, term)
+    assert predicted["step_ms"] == pytest.approx(1e3 * planned + predicted["stage0_node_ms"])
+    assert any(
+        w.startswith("deepspeed's stage-0 step measured on one node at 2 processes (2 run(s)):")
+        for w in predicted["warnings"]
+    )
     small, node = _engine_inputs(tmp_path / "small", [(20.0, 20.5)])  # 0.5 ms, less than its collectives take
     held = en.load_engine(small, node, "deepspeed", 1)
     assert held.term_s(1, PROFILE) == 0.0
@@ -289,9 +302,9 @@ def test_project_refuses_what_its_zero_model_does_not_cover():
     with pytest.raises(UserError, match="^--grad-compression fp16: project models deepspeed uncompressed only"):
         pjt._check_zero(request(grad_compression="fp16"), ["ddp", "deepspeed"])
     pjt._check_zero(request(zero_stage=2), ["ddp", "deepspeed"])  # fine
-    for given in (dict(node_sweep="s", node_commbench="c"), dict(node_sweep="s", zero_stage=1)):
-        with pytest.raises(UserError, match="^--node-sweep and --node-commbench measure ZeRO-1/2/3's engine: give"):
-            pjt._engines(request(**given), ["ddp", "deepspeed"])
+    for given, names in ((dict(node_sweep="s", node_commbench="c"), ["ddp"]), (dict(node_sweep="s"), ["deepspeed"])):
+        with pytest.raises(UserError, match="^--node-sweep and --node-commbench measure DeepSpeed's engine: give both"):
+            pjt._engines(request(**given), names)
     assert cb.backend_names("deepspeed,ddp") == ["deepspeed", "ddp"]
 
 
