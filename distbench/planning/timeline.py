@@ -189,20 +189,12 @@ ZERO_GATHER_FOUND = (
     "modelled; --node-sweep and --node-commbench measure it (docs/projection.md)"
 )
 
-# what the validation of the engine measured on one node found (docs/projection.md, 2026-12-05), written after it
-ZERO_ENGINE_FOUND = (
-    "ZeRO-1 and 2 with the engine measured on one node were predicted within 20 % when validated (2 nodes, MNIST, "
-    "6 rounds: +12 to +20 % on an unshaped link, within 9 % at 1 Gbit/s and 100 Mbit/s; their cost against stage 0, "
-    "paired within rounds, within 8 %), with the engine measured at the planned 2 processes (docs/projection.md)"
-)
-
-ZERO_NODE_FOUND = "not validated yet"
-
-# what the validation of ZeRO-3 found (docs/projection.md, 2026-12-05), written after it
-ZERO3_FOUND = (
-    "ZeRO-3 with the engine measured on one node was predicted +7 % at 100 Mbit/s, +15 % at 1 Gbit/s and +24 % on an "
-    "unshaped link when validated (2 nodes, MNIST, 6 rounds): stage 0's model's errors at the same links (+1, +14, "
-    "+25 %), on which it is built; its cost against stage 0, paired within rounds, within 7 % (docs/projection.md)"
+# what the validation of stages 0-3 with stage 0's step and the engine measured on one node found
+# (docs/projection.md, 2026-12-05), written after it
+ZERO_NODE_FOUND = (
+    "with stage 0's step and the engine measured on one node, ZeRO stages 0-3 were predicted with a median error of "
+    "8.9 % when validated (2 nodes, MNIST, 3 links, 6 rounds): stages 0-2 within 15.5 %, ZeRO-3 +5 % at 100 Mbit/s, "
+    "+15 % at 1 Gbit/s and +31 % on an unshaped link (docs/projection.md)"
 )
 
 
