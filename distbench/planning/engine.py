@@ -1,13 +1,15 @@
-"""DeepSpeed's ZeRO engine at stages 1-2, measured rather than modelled (`project --node-sweep --node-commbench`).
+"""DeepSpeed's ZeRO engine at stages 1-3, measured rather than modelled (`project --node-sweep --node-commbench`).
 
-What a ZeRO-1/2 step costs beyond a stage-0 step is measured where it can be: one-node runs of the library
+What a ZeRO-K step costs beyond a stage-0 step is measured where it can be: one-node runs of the library
 (`--node-sweep`, a compare) at stage K and at stage 0 with the same processes, paired within each round (the machine's
 drift between rounds cancels out of a difference within one). Less what their step's own collectives took there
-(`--node-commbench`: the gradients' norm all-reduced, the updated parameters all-gathered), what remains is the
+(`--node-commbench`: the norm all-reduced, the parameters all-gathered, at ZeRO-3 the gradients reduce-scattered in
+place of the all-reduce; timeline.zero_exchanges_s), what remains is the
 engine's own work, which no link changes: the norm computed on the host, the optimizer step on the partition (which
 does not halve with it), the copies between the fp32 partition and the parameters, the backward's partition
-bookkeeping. The timeline then puts the planned link's norm and all-gather back (timeline.zero_step). Why:
-docs/projection.md, "What DeepSpeed's own timers say of the missing 3 ms".
+bookkeeping. The timeline then puts the planned link's exchanges back (timeline.zero_step, zero_exchanges_s). Stage 0's
+own step on the node, less what the model gives for it there, is added at every stage (`stage0_residual_s`). Why:
+docs/projection.md, "What DeepSpeed's own timers say of the missing 3 ms", and the validations after it.
 """
 
 from __future__ import annotations
