@@ -96,7 +96,7 @@ class Engine:
 def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int) -> Engine:
     """`backend`'s engine from its one-node runs and the node's commbench; either missing what it needs is one
     line."""
-    _, recs = load_links(node_commbench, None)
+    _, recs = load_links(node_commbench, None, "--node-commbench")
     where = f"--node-commbench {node_commbench}"
     plain = [r for r in recs.get("deepspeed", []) if series(r)[1] == "none"]
     needed = (("deepspeed", plain), (GATHER, recs.get(GATHER)), *([(SCATTER, recs.get(SCATTER))] if stage == 3 else []))

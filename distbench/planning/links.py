@@ -86,28 +86,28 @@ def _ring(alpha: float, beta: float, measured_world: int, nbytes: float, world: 
     return alpha * (world - 1) / max(1, measured_world - 1) + beta * nbytes * (2 * (world - 1) / world) / measured
 
 
-def load_links(commbench_dir: Path, rate: str | None) -> tuple[str, dict[str, list[dict]]]:
+def load_links(commbench_dir: Path, rate: str | None, option: str = "--commbench") -> tuple[str, dict[str, list[dict]]]:
     """The link commbench measured and its records per backend, checked against the planned link; a folder that is
     not a commbench's, or whose records are not, is one line."""
     path = commbench_dir / RECORDS
     if not path.is_file():
-        raise UserError(f"--commbench {commbench_dir}: no {RECORDS} (a `run.py commbench --out` folder)")
+        raise UserError(f"{option} {commbench_dir}: no {RECORDS} (a `run.py commbench --out` folder)")
     lines = read_jsonl(path)
     recs = lines.records
     if not recs:
         said = f" ({lines.skipped[0]}{' ...' if len(lines.skipped) > 1 else ''})" if lines.skipped else ""
-        raise UserError(f"--commbench {commbench_dir}: {RECORDS} holds no record{said}")
+        raise UserError(f"{option} {commbench_dir}: {RECORDS} holds no record{said}")
     for number, r in enumerate(recs, 1):
         wrong = [k for k, kind in COMMBENCH_FIELDS.items() if not isinstance(r.get(k), kind)]
         if wrong or not r["time_s"] > 0 or r["size_bytes"] <= 0:
             raise UserError(
-                f"--commbench {commbench_dir}: record {number} of {RECORDS} is not a commbench record "
+                f"{option} {commbench_dir}: record {number} of {RECORDS} is not a commbench record "
                 f"({', '.join(wrong) or 'time_s and size_bytes'} missing or not a positive number)"
             )
     measured = {r["link_rate"] for r in recs}
     if len(measured) > 1 or (rate is not None and measured != {rate}):
         said = "/".join(sorted(map(str, measured)))
-        raise UserError(f"--commbench {commbench_dir} holds {said}, not one link{f' of {rate}' if rate else ''}")
+        raise UserError(f"{option} {commbench_dir} holds {said}, not one link{f' of {rate}' if rate else ''}")
     out: dict[str, list[dict]] = {}
     for r in recs:  # by series: `deepspeed`'s all-reduce apart from `deepspeed all-gather`
         out.setdefault(series(r)[0], []).append(r)

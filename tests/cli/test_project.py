@@ -152,6 +152,11 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
             "timed no deepspeed or deepspeed all-gather",
         ),
         (
+            ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "deepspeed", "--zero-stage", "3"]
+            + ["--node-sweep", str(FIX / "sweep"), "--node-commbench", "/no/such/cb"],
+            "--node-commbench /no/such/cb: no commbench.jsonl",
+        ),
+        (
             ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--profile", str(FIX / "sweep" / "results.jsonl")],
             "not a profile",
         ),
