@@ -92,7 +92,7 @@ def project_params() -> list[inspect.Parameter]:
             Path | None,
             None,
             help="A compare of the DeepSpeed backend on one node at ZeRO stages 0 and K (with --node-commbench): "
-            "ZeRO-K's engine measured, not modelled (docs/projection.md).",
+            "stage 0's step and ZeRO-K's engine measured there, not modelled (docs/projection.md).",
         ),
         param("node_commbench", Path | None, None, help="A commbench of deepspeed on that node (with --node-sweep)."),
     ]

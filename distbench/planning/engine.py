@@ -109,7 +109,7 @@ def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int
     world = flat[0]["world_size"]
     if not (node_sweep / "results.jsonl").is_file():
         raise UserError(f"--node-sweep {node_sweep}: not a compare folder (no results.jsonl)")
-    steps = _steps(node_sweep, backend, world)
+    steps, micro = _steps(node_sweep, backend, world)
     extra = [t - steps[(0, n)] for (k, n), t in steps.items() if k == stage and (0, n) in steps]
     if not extra:
         raise UserError(
@@ -118,29 +118,21 @@ def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int
             f"--zero-stage 0{f',{stage}' if stage else ''} --nodes 1 --nprocs {world})"
         )
     stage0 = [t for (k, _), t in steps.items() if k == 0]
-    micro = _micro_batch(node_sweep, backend, world)
     return Engine(backend, world, {stage: extra} if stage else {}, recs, str(node_commbench), stage0, micro)
 
 
-def _micro_batch(node_sweep: Path, backend: str, world: int) -> int:
-    """The one-node runs' micro-batch per process (their global batch over their processes and micro-batches)."""
-    from distbench.sweep.grouping import load
-
-    for r in load([node_sweep]).records:
-        if r["backend"] == backend and r["world_size"] == world and r.get("global_batch_size"):
-            return r["global_batch_size"] // (world * (r.get("accumulate") or 1))
-    return 0
-
-
-def _steps(node_sweep: Path, backend: str, world: int) -> dict[tuple[int, int], float]:
-    """Each one-node run's step of `backend` at `world`, s, by (ZeRO stage, round)."""
+def _steps(node_sweep: Path, backend: str, world: int) -> tuple[dict[tuple[int, int], float], int]:
+    """Each one-node run's step of `backend` at `world`, s, by (ZeRO stage, round); and their micro-batch per process
+    (their global batch over their processes and micro-batches; 0: none ran)."""
     from distbench.sweep.grouping import load
 
     steps: dict[tuple, float] = {}
+    micro = 0
     for r in load([node_sweep]).records:
         one_node = (r.get("nodes") or 1) == 1 and r.get("world_size") == world
         if r["status"] == "ok" and r["backend"] == backend and one_node and r.get("samples_per_sec"):
             steps[((r.get("config") or {}).get("zero_stage", 0), r["round"])] = (
                 r["global_batch_size"] / r["samples_per_sec"]
             )
-    return steps
+            micro = r["global_batch_size"] // (world * (r.get("accumulate") or 1))
+    return steps, micro

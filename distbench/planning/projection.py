@@ -111,10 +111,6 @@ class Projection:
         got = {f: self.links.get(f"{self.measured_as(backend)} {c}") for f, c in SHARDED.items()}
         return {f: recs for f, recs in got.items() if recs}
 
-    def gathered(self, backend: str) -> list[dict] | None:
-        """commbench's records of the library's parameter all-gather (ZeRO's), where it timed them."""
-        return self.sharded(backend).get("gather")
-
     @property
     def micro_runs(self) -> list[Phases] | None:
         """The sweep's runs at the plan's micro-batch, if it ran it (None: scale the reference's by the profile)."""
@@ -131,14 +127,15 @@ class Projection:
         mode = recs[0].get("link_mode") or "shared"
         return {"world_size": world, "nodes": nodes, "nprocs": world // nodes, "link_mode": mode}
 
-    def warnings(self, backend: str) -> list[str]:
-        """Each way the plan for `backend` goes beyond what was measured (the fits' own: `link_warnings`)."""
+    def warnings(self, backend: str, terms: dict | None = None) -> list[str]:
+        """Each way the plan for `backend` goes beyond what was measured (the fits' own: `link_warnings`); `terms`:
+        its `engine_terms`, where the caller has them."""
         plan, m, out = self.plan, self.measured, []
         engine = self.engine(backend)
         if engine is not None:
-            out += self._engine_warnings(backend, engine)
+            out += self._engine_warnings(backend, engine, terms or self.engine_terms(backend))
         elif MODELS.get(backend) == "zero" and plan.zero_stage:
-            out.append(ZERO_FOUND if self.gathered(backend) is None else ZERO_GATHER_FOUND)
+            out.append(ZERO_GATHER_FOUND if "gather" in self.sharded(backend) else ZERO_FOUND)
         if m is None:
             out.append(
                 f"the link {self.rate} was not measured: it is taken at its nominal rate, with no latency and no CPU "
@@ -163,22 +160,21 @@ class Projection:
             )
         return out
 
-    def _engine_terms(self, backend: str, phases: Phases, micro: Phases | None) -> dict:
-        """The engine's measured terms as the output holds them, ms: its own work beyond stage 0 and what stage 0's
-        step took on the node beyond the model (none without an engine)."""
+    def engine_terms(self, backend: str) -> dict:
+        """The engine's measured terms as the output holds them, ms, at the point prediction's computation: its own
+        work beyond stage 0 and what stage 0's step took on the node beyond the model (none without an engine)."""
         engine = self.engine(backend)
         if engine is None:
             return {}
-        comp = Computation.of(phases, self.profile, self.ref.batch_size, self.plan, micro)
+        micro = self.micro_runs and median_phases(self.micro_runs)
+        comp = Computation.of(median_phases(self.ref.runs), self.profile, self.ref.batch_size, self.plan, micro)
         residual = engine.stage0_residual_s(comp, self.profile, self.plan, None)
         return {"engine_ms": 1e3 * engine.term_s(self.plan.zero_stage, self.profile), "stage0_node_ms": 1e3 * residual}
 
-    def _engine_warnings(self, backend: str, engine: Engine) -> list[str]:
-        """What a ZeRO prediction with the engine measured on one node rests on, and what its validation found."""
+    def _engine_warnings(self, backend: str, engine: Engine, terms: dict) -> list[str]:
+        """What a ZeRO prediction with the engine measured on one node rests on (its `engine_terms`), and what its
+        validation found."""
         stage, world = self.plan.zero_stage, self.plan.world
-        terms = self._engine_terms(
-            backend, median_phases(self.ref.runs), self.micro_runs and median_phases(self.micro_runs)
-        )
         out = [
             f"{engine.backend}'s stage-0 step measured on one node at {engine.world} processes "
             f"({len(engine.stage0_s)} run(s)): {terms['stage0_node_ms']:+.2f} ms a step beyond the model's there, "
@@ -243,6 +239,7 @@ class Projection:
         boot_sps, boot_eff = self._bootstrap(backend, random.Random(seed))
         sps_lo, sps_hi, sps_why = interval(sps, boot_sps)
         eff_lo, eff_hi, _ = interval(eff, boot_eff)
+        terms = self.engine_terms(backend)
         return {
             "backend": backend,
             **({"zero_stage": plan.zero_stage} if MODELS[backend] == "zero" else {}),
@@ -257,7 +254,7 @@ class Projection:
             "link": link_.source,
             **({"all_gather": link_.gather.source} if link_.gather else {}),
             **({"reduce_scatter": link_.scatter.source} if link_.scatter and plan.zero_stage == 3 else {}),
-            **(self._engine_terms(backend, median_phases(self.ref.runs), micro and median_phases(micro))),
+            **terms,
             "computation": f"measured at micro-batch {plan.micro_batch}"
             if micro
             else f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile",
@@ -273,7 +270,7 @@ class Projection:
             "reference_samples_per_sec": single,
             "commbench": self.measured,
             "warnings": [
-                *self.warnings(backend),
+                *self.warnings(backend, terms),
                 *self.link_warnings(link_),
                 *(self.link_warnings(link_.gather) if link_.gather else []),
                 *(self.link_warnings(link_.scatter) if link_.scatter and plan.zero_stage == 3 else []),

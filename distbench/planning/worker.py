@@ -130,21 +130,25 @@ def under_load(backend, all_reduce, t: torch.Tensor, load: Load, idle_s: float) 
     return w1 - w0, lost
 
 
+def _flat_and_part(backend, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A flat float32 buffer of about `size` bytes (a multiple of the world size in elements), and this rank's 1/W
+    partition of it, apart (as a sharding library holds them), both ones."""
+    world = backend.world_size
+    flat = torch.ones(max(world, size // 4 // world * world), dtype=torch.float32, device=backend.device)
+    return flat, flat.chunk(world)[backend.rank].clone()
+
+
 def all_gather(backend, size: int):
     """The library's all-gather of updated parameters into a flat buffer of `size` bytes (float32), each rank sending
     its 1/W partition, as the library calls it (DeepSpeed's all_gather_dp_groups after a ZeRO-1/2 step)."""
-    world = backend.world_size
-    flat = torch.zeros(max(world, size // 4 // world * world), dtype=torch.float32, device=backend.device)
-    part = flat.chunk(world)[backend.rank].clone().fill_(1.0)
+    flat, part = _flat_and_part(backend, size)
     return lambda _t: backend.parameter_all_gather(flat, part)
 
 
 def reduce_scatter(backend, size: int):
     """The library's reduce-scatter of a flat buffer of `size` bytes of gradients (float32), each rank keeping its 1/W
     partition, as the library calls it (DeepSpeed's reduce_scatter_tensor at the end of a ZeRO-3 backward)."""
-    world = backend.world_size
-    flat = torch.ones(max(world, size // 4 // world * world), dtype=torch.float32, device=backend.device)
-    part = flat.chunk(world)[backend.rank].clone()
+    flat, part = _flat_and_part(backend, size)
     return lambda _t: backend.gradient_reduce_scatter(flat, part)
 
 
