@@ -18,7 +18,12 @@ from distbench.sweep import stats
 RECORDS, SUMMARY, FIT = "commbench.jsonl", "summary.csv", "fit.json"  # the files of a commbench folder
 MEASURES = ("time_s", "cpu_s", "loaded_time_s", "loaded_cpu_s")  # per repeat; the loaded two on CPU ranks only
 FITTED = (("", "time_s"), ("cpu_", "cpu_s"), ("loaded_cpu_", "loaded_cpu_s"))  # fit.json's prefix, the row's key
-SAID = {"time_s": "time", "cpu_s": "CPU time", "loaded_cpu_s": "computation taken under load"}
+SAID = {
+    "time_s": "time",
+    "loaded_time_s": "time under load",
+    "cpu_s": "CPU time",
+    "loaded_cpu_s": "computation taken under load",
+}
 
 
 def series(r: dict) -> tuple[str, str]:

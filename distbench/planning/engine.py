@@ -8,7 +8,9 @@ place of the all-reduce; timeline.zero_exchanges_s), what remains is the
 engine's own work, which no link changes: the norm computed on the host, the optimizer step on the partition (which
 does not halve with it), the copies between the fp32 partition and the parameters, the backward's partition
 bookkeeping. The timeline then puts the planned link's exchanges back (timeline.zero_step, zero_exchanges_s). Stage 0's
-own step on the node, less what the model gives for it there, is added at every stage (`stage0_residual_s`). Why:
+own step on the node, less what the model gives for it there, is added at every stage (`stage0_residual_s`). On CPU
+nodes the node's collectives are fitted to commbench's time under load, as the planned link's are
+(timeline.TIMED_UNDER_LOAD). Why:
 docs/projection.md, "What DeepSpeed's own timers say of the missing 3 ms", and the validations after it.
 """
 
@@ -42,6 +44,7 @@ class Engine:
     where: str  # the node's commbench folder, as the prediction says it
     stage0_s: list[float] = field(default_factory=list)
     micro_batch: int = 0  # the one-node runs' micro-batch per process
+    under_load: bool = False  # the node's collectives fitted to commbench's time under load (timeline.timed_under_load)
 
     def stage0_residual_s(self, comp: Computation, profile: Profile, plan: Plan, rng: random.Random | None) -> float:
         """What stage 0's step took on the node beyond what zero_step gives for it there (the same computation and
@@ -74,9 +77,12 @@ class Engine:
         """The node's DeepSpeed all-reduce, its all-gather and reduce-scatter beside it (commbench's fits)."""
         recs = recs or self.node_recs
         plain = [r for r in recs["deepspeed"] if series(r)[1] == "none"]  # the norm: one float, never compressed
-        own = fit_link(plain, f"{self.where}'s deepspeed")
-        scatter = fit_link(recs[SCATTER], f"{self.where}'s {SCATTER}") if recs.get(SCATTER) else None
-        return replace(own, gather=fit_link(recs[GATHER], f"{self.where}'s {GATHER}"), scatter=scatter)
+
+        def fitted(got: list[dict], name: str) -> Link:
+            return fit_link(got, f"{self.where}'s {name}", under_load=self.under_load)
+
+        scatter = fitted(recs[SCATTER], SCATTER) if recs.get(SCATTER) else None
+        return replace(fitted(plain, "deepspeed"), gather=fitted(recs[GATHER], GATHER), scatter=scatter)
 
     def said(self, stage: int, profile: Profile) -> str:
         """What the prediction rests on, in a line."""
@@ -93,9 +99,9 @@ class Engine:
         )
 
 
-def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int) -> Engine:
-    """`backend`'s engine from its one-node runs and the node's commbench; either missing what it needs is one
-    line."""
+def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int, under_load: bool = False) -> Engine:
+    """`backend`'s engine from its one-node runs and the node's commbench (`under_load`: its collectives fitted to
+    their time under load, as the planned link's are); either missing what it needs is one line."""
     _, recs = load_links(node_commbench, None, "--node-commbench")
     where = f"--node-commbench {node_commbench}"
     plain = [r for r in recs.get("deepspeed", []) if series(r)[1] == "none"]
@@ -118,7 +124,7 @@ def load_engine(node_sweep: Path, node_commbench: Path, backend: str, stage: int
             f"--zero-stage 0{f',{stage}' if stage else ''} --nodes 1 --nprocs {world})"
         )
     stage0 = [t for (k, _), t in steps.items() if k == 0]
-    return Engine(backend, world, {stage: extra} if stage else {}, recs, str(node_commbench), stage0, micro)
+    return Engine(backend, world, {stage: extra} if stage else {}, recs, str(node_commbench), stage0, micro, under_load)
 
 
 def _steps(node_sweep: Path, backend: str, world: int) -> tuple[dict[tuple[int, int], float], int]:

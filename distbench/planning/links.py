@@ -122,10 +122,12 @@ def resampled(recs: list[dict], rng: random.Random) -> list[dict]:
     return [rng.choice(group) for group in by_size.values() for _ in group]
 
 
-def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0) -> Link:
-    """The fit of one library's records: per size, the median time (as commbench's summary), and the median
-    computation an all-reduce takes under load (else its CPU time on an idle core, from a commbench that did not
-    measure under load); each held at alpha, beta >= 0, with why it is not physical where it is not."""
+def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0, under_load: bool = False) -> Link:
+    """The fit of one library's records: per size, the median time (as commbench's summary; `under_load`: the time
+    commbench measured with a computation on the rank's core, where it did, as a CPU node's training step has it:
+    timeline.TIMED_UNDER_LOAD), and the median computation an all-reduce takes under load (else its CPU time on an
+    idle core, from a commbench that did not measure under load); each held at alpha, beta >= 0, with why it is not
+    physical where it is not."""
     sizes = sorted({r["size_bytes"] for r in recs})
 
     def medians(key: str) -> list[float]:
@@ -134,8 +136,11 @@ def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0) -> Link:
     def fitted(values: list[float]) -> Fit:
         return fit(sizes, [max(1e-9, v) for v in values])
 
-    times = medians("time_s")
-    f, time_why = fitted(times), unphysical(sizes, times)
+    key = "loaded_time_s" if under_load and all(r.get("loaded_time_s") is not None for r in recs) else "time_s"
+    if under_load:
+        source += " timed under load" if key == "loaded_time_s" else " (timed on an idle core: not measured under load)"
+    times = medians(key)
+    f, time_why = fitted(times), unphysical(sizes, times, SAID[key])
     world = recs[0]["world_size"]
     cpu_key = next((k for k in ("loaded_cpu_s", "cpu_s") if all(r.get(k) is not None for r in recs)), None)
     if cpu_key is None:  # a commbench from before CPU time was recorded

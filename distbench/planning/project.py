@@ -16,7 +16,7 @@ from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
 from distbench.planning.profile import Profile, measure_profile
 from distbench.planning.projection import Projection
 from distbench.planning.reference import Reference
-from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_MODELLED, Plan
+from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_MODELLED, Plan, timed_under_load
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,9 @@ def run(request: ProjectRequest) -> None:
     _check(request)
     _check_zero(request, names)
     rate, links = _links(request, names)
-    engines = _engines(request, names)
     ref = Reference.load(request.sweep_dirs, request.batch_size or None)
     plan = _plan(request, ref)
+    engines = _engines(request, names, plan)
     profile = _profile(request, ref, plan)
     from distbench.backends.ddp import bucket_cap_mb_for  # torch's: only once the inputs are good
 
@@ -89,8 +89,9 @@ def _check_zero(r: ProjectRequest, names: list[str]) -> None:
         )
 
 
-def _engines(r: ProjectRequest, names: list[str]) -> dict[str, Engine] | None:
-    """Each DeepSpeed backend's engine measured on one node (--node-sweep and --node-commbench, together)."""
+def _engines(r: ProjectRequest, names: list[str], plan: Plan) -> dict[str, Engine] | None:
+    """Each DeepSpeed backend's engine measured on one node (--node-sweep and --node-commbench, together), its
+    collectives there timed as the plan's are (timed_under_load)."""
     if r.node_sweep is None and r.node_commbench is None:
         return None
     zero = [b for b in names if MODELS[b] == "zero"]
@@ -98,7 +99,7 @@ def _engines(r: ProjectRequest, names: list[str]) -> dict[str, Engine] | None:
         raise UserError(
             "--node-sweep and --node-commbench measure DeepSpeed's engine: give both and a DeepSpeed backend"
         )
-    return {b: load_engine(r.node_sweep, r.node_commbench, b, r.zero_stage) for b in zero}
+    return {b: load_engine(r.node_sweep, r.node_commbench, b, r.zero_stage, timed_under_load(b, plan)) for b in zero}
 
 
 def _links(r: ProjectRequest, names: list[str]) -> tuple[str | None, dict[str, list[dict]] | None]:

@@ -33,6 +33,7 @@ from distbench.planning.timeline import (
     Computation,
     Plan,
     step_s,
+    timed_under_load,
 )
 
 RESAMPLES = 200  # bootstrap resamples behind each interval
@@ -96,9 +97,10 @@ class Projection:
         if self.links is None:
             return Link.nominal(self.rate, self.plan.compression)
         carried, fraction, said = self.carried(backend)
-        link_ = fit_link(recs if recs is not None else carried, said, fraction)
+        loaded = timed_under_load(backend, self.plan)
+        link_ = fit_link(recs if recs is not None else carried, said, fraction, loaded)
         fits = {
-            field: fit_link(got, f"commbench fit of {self.measured_as(backend)} {SHARDED[field]}")
+            field: fit_link(got, f"commbench fit of {self.measured_as(backend)} {SHARDED[field]}", under_load=loaded)
             for field, got in (sharded or self.sharded(backend)).items()
         }
         return replace(link_, **fits)

@@ -192,9 +192,10 @@ ZERO_GATHER_FOUND = (
 # what the validation of stages 0-3 with stage 0's step and the engine measured on one node found
 # (docs/projection.md, 2026-12-05), written after it
 ZERO_NODE_FOUND = (
-    "with stage 0's step and the engine measured on one node, ZeRO stages 0-3 were predicted with a median error of "
-    "8.9 % when validated (2 nodes, MNIST, 3 links, 6 rounds): stages 0-2 within 15.5 %, ZeRO-3 +5 % at 100 Mbit/s, "
-    "+15 % at 1 Gbit/s and +31 % on an unshaped link (docs/projection.md)"
+    "with stage 0's step and the engine measured on one node and DeepSpeed's collectives timed on an idle core, ZeRO "
+    "stages 0-3 were predicted with a median error of 8.9 % when validated (2 nodes, MNIST, 3 links, 6 rounds): "
+    "stages 0-2 within 15.5 %, ZeRO-3 +5 % at 100 Mbit/s, +15 % at 1 Gbit/s and +31 % on an unshaped link; timed "
+    "under load on CPU nodes since, not validated yet (docs/projection.md)"
 )
 
 
@@ -211,7 +212,8 @@ def zero_step(comp: Computation, profile: Profile, link_: Link, plan: Plan, engi
     (`engine_s`: its step at stage K beyond stage 0's, less its collectives there beyond stage 0's; engine.py), stage K
     is stage 0's timeline, that measured work, and what stage K exchanges beyond stage 0 on the planned link
     (`zero_exchanges_s`); else (stages 1-2 only) the engine's own work is the optimizer's partition alone
-    (ZERO_GATHER_FOUND: about 3 ms a step short at two ranks)."""
+    (ZERO_GATHER_FOUND: about 3 ms a step short at two ranks). On CPU nodes `link_` holds commbench's times under
+    load (TIMED_UNDER_LOAD)."""
     total = profile.total_bytes
     clock = comp.backward_start + comp.backward + zero_allreduce_s(link_, total, plan.world)
     if plan.zero_stage == 0:
@@ -274,6 +276,19 @@ GRADIENT_ALLREDUCE = {
     "deepspeed": "deepspeed",
     "accelerate-deepspeed": "deepspeed",
 }
+
+
+# the timelines whose collectives take, on CPU nodes, commbench's time under load (a computation on the rank's core)
+# rather than on an idle core: DeepSpeed's engine, whose collectives come after backward yet were measured as long as
+# commbench's loaded time between two CPU nodes (docs/projection.md, "What the stages 0-3 validation says"); DDP's and
+# Horovod's take the idle time and what their all-reduces take from backward's computation (ddp_step, horovod_step)
+TIMED_UNDER_LOAD = ("zero",)
+
+
+def timed_under_load(backend: str, plan: Plan) -> bool:
+    """Whether `backend`'s collectives are fitted to commbench's time under load for this plan (TIMED_UNDER_LOAD, on
+    CPU nodes: `cores_shared`)."""
+    return plan.cores_shared and MODELS.get(backend) in TIMED_UNDER_LOAD
 
 
 def step_s(

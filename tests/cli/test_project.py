@@ -55,7 +55,9 @@ def test_deepspeeds_zero_stages_on_the_worked_example(tmp_path):
     for stage, step_ms in ((0, 126.52), (1, 176.24)):
         out = tmp_path / f"zero{stage}.json"
         proc = run_py([*args, "--zero-stage", str(stage), "--output", str(out)], tmp_path, expect_rc=0)
-        assert f"| deepspeed ZeRO-{stage} | 2 x 1 | commbench fit of deepspeed |" in proc.stdout
+        # the fixture's commbench did not time under load, which DeepSpeed's collectives on CPU nodes take
+        said = "commbench fit of deepspeed (timed on an idle core: not measured under load)"
+        assert f"| deepspeed ZeRO-{stage} | 2 x 1 | {said} |" in proc.stdout
         (rows[stage],) = json.loads(out.read_text())
         assert rows[stage]["zero_stage"] == stage and rows[stage]["step_ms"] == pytest.approx(step_ms, abs=0.05)
     # ZeRO-1's engine measured on one node (--node-sweep, --node-commbench): 6 and 5 ms a step beyond stage 0 in two

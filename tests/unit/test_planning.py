@@ -187,7 +187,8 @@ def test_zero_3_exchanges_each_parameter_and_reduce_scatters_in_place_of_the_all
 
 def _engine_inputs(tmp_path, steps_ms, nodes=1):
     """A compare folder of deepspeed at 2 processes on one node, ZeRO stages 0 and 1 at `steps_ms` per round, and a
-    commbench of its collectives on `nodes` node(s): all-reduce 0.5 ms + 0.1 ns/B, the all-gather 1 ms + 0.1 ns/B."""
+    commbench of its collectives on `nodes` node(s): all-reduce 0.5 ms + 0.1 ns/B, the all-gather 1 ms + 0.1 ns/B,
+    each twice that timed under load."""
     sweep, node = tmp_path / "engine", tmp_path / "node"
     sweep.mkdir(parents=True)
     node.mkdir()
@@ -202,7 +203,8 @@ def _engine_inputs(tmp_path, steps_ms, nodes=1):
     for collective, alpha in (("all-reduce", 5e-4), ("all-gather", 1e-3)):
         for r in _loopback_records([(4096, 1.0), (MiB, 2.0)]):
             t = alpha + 1e-10 * r["size_bytes"]
-            bench.append(r | {"backend": "deepspeed", "collective": collective, "nodes": nodes, "time_s": t})
+            rec = r | {"backend": "deepspeed", "collective": collective, "nodes": nodes}
+            bench.append(rec | {"time_s": t, "loaded_time_s": 2 * t})
     (node / cr.RECORDS).write_text("".join(json.dumps(r) + "\n" for r in bench))
     return sweep, node
 
@@ -256,6 +258,36 @@ def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its
             en.load_engine(sweep, node, "deepspeed", stage)
 
 
+def test_deepspeeds_collectives_on_cpu_nodes_take_commbenchs_time_under_load(tmp_path):
+    """commbench timed each collective idle (t) and beside a computation on the core (2t: `_loopback_records`).
+    On CPU nodes (cores_shared) DeepSpeed's all-reduce and all-gather, on the planned link and on the engine's node,
+    are fitted to the time under load and say so; DDP's to the idle time (its charge on backward is apart); on a plan
+    whose cores are free (GPUs) DeepSpeed's too. A commbench that did not time under load: idle, and said."""
+    from distbench.planning import engine as en
+
+    sweep, node = _engine_inputs(tmp_path, [(20.0, 26.0)])
+    _, links = lk.load_links(node, None)
+    links["ddp"] = _loopback_records([(4096, 0.5), (MiB, 0.6)])
+    idle, loaded = (lk.fit_link(links["deepspeed"], "d", under_load=u) for u in (False, True))
+    assert loaded.allreduce_s(MiB, 2) == pytest.approx(2 * idle.allreduce_s(MiB, 2))
+    ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
+    for shared in (True, False):
+        plan = dataclasses.replace(PLAN, zero_stage=1, cores_shared=shared)
+        projection = pj.Projection(ref, PROFILE, plan, links, "none", 1.0)
+        ds, ddp = projection.link_for("deepspeed"), projection.link_for("ddp")
+        factor = 2 if shared else 1
+        assert ds.allreduce_s(MiB, 2) == pytest.approx(factor * idle.allreduce_s(MiB, 2))
+        assert ds.gather.source.endswith("all-gather timed under load") == shared
+        assert ds.source.endswith("timed under load") == shared and "under load" not in ddp.source
+        assert ddp.allreduce_s(MiB, 2) == pytest.approx(lk.fit_link(links["ddp"], "").allreduce_s(MiB, 2))
+        engine = en.load_engine(sweep, node, "deepspeed", 1, tl.timed_under_load("deepspeed", plan))
+        assert engine.node().allreduce_s(MiB, 2) == pytest.approx(factor * idle.allreduce_s(MiB, 2))
+    unloaded = [{k: v for k, v in r.items() if k != "loaded_time_s"} for r in links["deepspeed"]]
+    fallback = lk.fit_link(unloaded, "d", under_load=True)
+    assert fallback.allreduce_s(MiB, 2) == pytest.approx(idle.allreduce_s(MiB, 2))
+    assert fallback.source == "d (timed on an idle core: not measured under load)"
+
+
 def test_commbench_keeps_the_all_gather_apart_from_the_all_reduce(tmp_path):
     """A worker's result of both collectives: records naming each, the all-gather's busbw (n-1)/n of its algbw,
     fits and links apart (`deepspeed all-gather`), and a projection at ZeRO-2 that takes it and says so."""
@@ -304,7 +336,7 @@ def test_project_refuses_what_its_zero_model_does_not_cover():
     pjt._check_zero(request(zero_stage=2), ["ddp", "deepspeed"])  # fine
     for given, names in ((dict(node_sweep="s", node_commbench="c"), ["ddp"]), (dict(node_sweep="s"), ["deepspeed"])):
         with pytest.raises(UserError, match="^--node-sweep and --node-commbench measure DeepSpeed's engine: give both"):
-            pjt._engines(request(**given), names)
+            pjt._engines(request(**given), names, PLAN)
     assert cb.backend_names("deepspeed,ddp") == ["deepspeed", "ddp"]
 
 
