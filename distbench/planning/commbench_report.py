@@ -17,7 +17,9 @@ from distbench.sweep import stats
 
 RECORDS, SUMMARY, FIT = "commbench.jsonl", "summary.csv", "fit.json"  # the files of a commbench folder
 MEASURES = ("time_s", "cpu_s", "loaded_time_s", "loaded_cpu_s")  # per repeat; the loaded two on CPU ranks only
-FITTED = (("", "time_s"), ("cpu_", "cpu_s"), ("loaded_cpu_", "loaded_cpu_s"))  # fit.json's prefix, the row's key
+# fit.json's prefix, the row's key: the time (under load: DeepSpeed's on CPU nodes, timeline.TIMED_UNDER_LOAD), the
+# CPU time, and the computation taken under load
+FITTED = (("", "time_s"), ("loaded_", "loaded_time_s"), ("cpu_", "cpu_s"), ("loaded_cpu_", "loaded_cpu_s"))
 SAID = {
     "time_s": "time",
     "loaded_time_s": "time under load",
@@ -146,7 +148,8 @@ def _fit_cells(f: dict) -> str:
         if f["physical"]
         else "not physical | not physical"
     )
-    return f"{time} | {_mb(f['bus_bandwidth_Bps'])} | {_pair(f, 'cpu_')} | {_pair(f, 'loaded_cpu_')} |"
+    cells = (_pair(f, prefix) for prefix in ("loaded_", "cpu_", "loaded_cpu_"))
+    return f"{time} | {_mb(f['bus_bandwidth_Bps'])} | {' | '.join(cells)} |"
 
 
 def _every_fit(fitted: dict[str, dict]) -> list[tuple[str, dict]]:
@@ -207,9 +210,9 @@ def markdown(rows: list[dict], fitted: dict[str, dict], command: str, recs: list
         "no median at or below 0, and sizes on both sides of alpha/beta (docs/commbench.md).",
         "",
         "| backend | alpha (latency) ms | beta ns/byte | bus bandwidth MB/s (2(n-1)/(n beta); all-gather: "
-        "(n-1)/(n beta)) | CPU: alpha ms, "
-        "beta ns/byte | taken under load: alpha ms, beta ns/byte |",
-        "|---|---|---|---|---|---|",
+        "(n-1)/(n beta)) | time under load: alpha ms, beta ns/byte | CPU: alpha ms, beta ns/byte | taken under load: "
+        "alpha ms, beta ns/byte |",
+        "|---|---|---|---|---|---|---|",
         *(f"| {name} | {_fit_cells(f)}" for name, f in _every_fit(fitted)),
     ]
     unfit = not_physical(fitted)

@@ -232,7 +232,7 @@ def test_with_the_engine_measured_on_one_node_stages_1_and_2_are_stage_0_and_its
     projection = pj.Projection(ref, PROFILE, zero1, links, "none", 1.0, {"deepspeed": engine})
     predicted = projection.predict("deepspeed")
     assert predicted["engine_ms"] == pytest.approx(term * 1e3)
-    assert tl.ZERO_GATHER_FOUND not in predicted["warnings"] and tl.ZERO_NODE_FOUND in predicted["warnings"]
+    assert tl.ZERO_GATHER_FOUND not in predicted["warnings"] and tl.ZERO_LOADED_FOUND in predicted["warnings"]
     assert any(w.startswith("ZeRO-1's engine beyond stage 0 measured on one node at 2") for w in predicted["warnings"])
     # stage 0's own step there (20 ms in both rounds) less what zero_step gives for it on the node's link, added to
     # every stage's step on the planned one
@@ -494,6 +494,18 @@ def test_what_makes_a_fit_physical():
     assert "beyond the largest size, 4 MiB; add larger" in bw.unphysical(sizes, [1.0 + 1e-9 * s for s in sizes])
     dipped = [t if s != 16384 else -1e-3 for s, t in zip(sizes, line, strict=True)]
     assert "not above 0 at 16 KiB" in bw.unphysical(sizes, dipped)
+
+
+def test_fit_json_holds_the_time_under_load_fitted_as_the_time():
+    """t = 1 ms + 10 ns/B idle, twice that with a computation on the core (`_loopback_records`): fit.json and the
+    report's fit table hold both lines (the loaded one is what DeepSpeed's collectives on CPU nodes take)."""
+    sizes = [4096 * 4**i for i in range(6)]
+    rows = cr.summarize(_loopback_records([(s, 1 + 1e-5 * s) for s in sizes]))
+    f = cr.fits(rows)["ddp"]
+    assert f["physical"] and f["loaded_physical"]
+    assert (f["loaded_alpha_s"], f["loaded_beta_s_per_byte"]) == pytest.approx((2e-3, 2e-8))
+    assert (f["alpha_s"], f["beta_s_per_byte"]) == pytest.approx((1e-3, 1e-8))
+    assert "| ddp | 1.000 | 10.000 | 100.0 | 2.000, 20.000 | " in cr.markdown(rows, cr.fits(rows), "cmd")
 
 
 def test_the_report_says_the_load_it_measured_not_an_idle_core():
