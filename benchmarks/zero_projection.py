@@ -58,7 +58,7 @@ BATCH = 64  # MNIST's global batch: micro-batch 32 at 2 x 1
 
 def stages() -> tuple[int, ...]:
     """The ZeRO stages this validation's folder holds."""
-    return {"zero3": STAGES3, "zero-node": ALL_STAGES}.get(OUT.name, STAGES)
+    return {"zero3": STAGES3, "zero-node": ALL_STAGES, "zero-loaded": ALL_STAGES}.get(OUT.name, STAGES)
 
 
 SECTIONS = {  # docs/projection.md's section of each validation, by its folder's name
@@ -67,6 +67,7 @@ SECTIONS = {  # docs/projection.md's section of each validation, by its folder's
     "zero-engine": "## DeepSpeed's ZeRO stages 0-2 with the engine measured on one node: predicted, then measured",
     "zero3": "## DeepSpeed's ZeRO-3 with the engine measured on one node: predicted, then measured",
     "zero-node": "## DeepSpeed's ZeRO stages 0-3, stage 0 measured on one node too: predicted, then measured",
+    "zero-loaded": "## DeepSpeed's ZeRO stages 0-3, its collectives timed under load: predicted, then measured",
 }
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

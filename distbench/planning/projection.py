@@ -29,7 +29,7 @@ from distbench.planning.timeline import (
     MODELS,
     ZERO_FOUND,
     ZERO_GATHER_FOUND,
-    ZERO_NODE_FOUND,
+    ZERO_LOADED_FOUND,
     Computation,
     Plan,
     step_s,
@@ -182,7 +182,7 @@ class Projection:
             f"({len(engine.stage0_s)} run(s)): {terms['stage0_node_ms']:+.2f} ms a step beyond the model's there, "
             "added at every link",
             *([engine.said(stage, self.profile)] if stage else []),
-            ZERO_NODE_FOUND,
+            ZERO_LOADED_FOUND,
         ]
         if engine.micro_batch != self.plan.micro_batch:
             out.append(

@@ -189,13 +189,14 @@ ZERO_GATHER_FOUND = (
     "modelled; --node-sweep and --node-commbench measure it (docs/projection.md)"
 )
 
-# what the validation of stages 0-3 with stage 0's step and the engine measured on one node found
-# (docs/projection.md, 2026-12-05), written after it
-ZERO_NODE_FOUND = (
-    "with stage 0's step and the engine measured on one node and DeepSpeed's collectives timed on an idle core, ZeRO "
-    "stages 0-3 were predicted with a median error of 8.9 % when validated (2 nodes, MNIST, 3 links, 6 rounds): "
-    "stages 0-2 within 15.5 %, ZeRO-3 +5 % at 100 Mbit/s, +15 % at 1 Gbit/s and +31 % on an unshaped link; timed "
-    "under load on CPU nodes since, not validated yet (docs/projection.md)"
+# what the validation of stages 0-3 with the engine and stage 0's step measured on one node and DeepSpeed's collectives
+# timed under load found (docs/projection.md, 2026-12-05), written after it
+ZERO_LOADED_FOUND = (
+    "with the engine and stage 0's step measured on one node and DeepSpeed's collectives timed under load on CPU "
+    "nodes, ZeRO stages 0-3 were predicted with a median error of 5.2 % and a largest of 16.1 % when validated "
+    "(2 nodes, MNIST, 3 links, 6 rounds; the model before it, collectives timed on an idle core: 6.6 % and 26.0 % "
+    "on the same sweeps); not validated on GPUs, where commbench measures no load and they take its idle time "
+    "(docs/projection.md)"
 )
 
 
