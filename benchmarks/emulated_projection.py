@@ -11,6 +11,11 @@ The computation is the MNIST profile measured on this machine's CPU (docs/profil
 nodes x 1 process that share this machine's 2 cores (an emulated node computes nothing). The nodes' links are
 per-node at one rate; commbench times each library's all-reduce on the same N nodes and links. Everything goes
 under docs/results/projection/emulated/; each step is the commands a user types.
+
+    python -m benchmarks.emulated_projection --held-out commbench   # and predict, measure, table: HELD_OUT's cases
+
+`--held-out` checks the rule found after the 8- and 16-node sweeps (a commbench at 4 nodes, carried) on cases it
+has not seen, under docs/results/projection/emulated/heldout-200mbit/.
 """
 
 from __future__ import annotations
@@ -37,7 +42,26 @@ RATE = "100mbit"
 BACKENDS = ("ddp", "deepspeed")
 SECTION = "## Validation at 2, 4, 8 and 16 nodes against emulated clusters: predicted before measuring"
 TASK = ["--task", "mnist", "--threads", "1", "--dropout", "0"]
+REFERENCE = OUT / "reference"  # every variant's computation
+CARRIED_FROM = 0  # the commbench's node count where it is carried to the others (0: one at each node count)
+# --held-out: the rule the validation above found after its sweeps (a commbench at 4 nodes, where the host carries
+# it, carried by the ring's arithmetic) on cases it has not seen: 8 and 16 nodes at 200 Mbit/s, each at a dilation
+# that keeps the host's share of the 100 Mbit/s runs (twice the rate, twice the dilation)
+HELD_OUT = {
+    "OUT": OUT / "heldout-200mbit",
+    "NODES": (8, 16),
+    "DILATION": {8: 8, 16: 16},
+    "RATE": "200mbit",
+    "CARRIED_FROM": 4,
+    "SECTION": "## Held out: 8 and 16 nodes at 200 Mbit/s from a 4-node commbench, predicted before measuring",
+}
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+
+@app.callback()
+def variant(held_out: bool = typer.Option(False, "--held-out", help="the held-out validation (HELD_OUT)")) -> None:
+    if held_out:
+        globals().update(HELD_OUT)
 
 
 def placed(n: int) -> list[str]:
@@ -55,7 +79,7 @@ def sweep(n: int) -> Path:
 
 @app.command()
 def commbench(repeats: int = 5, rounds: int = 2) -> None:
-    for n in NODES:
+    for n in (CARRIED_FROM,) if CARRIED_FROM else NODES:
         out = OUT / "commbench" / f"n{n}"
         if not (out / "fit.json").exists():
             shutil.rmtree(out, ignore_errors=True)
@@ -65,7 +89,7 @@ def commbench(repeats: int = 5, rounds: int = 2) -> None:
 
 @app.command()
 def reference(repeats: int = 5, steps: int = 60) -> None:
-    out = OUT / "reference"
+    out = REFERENCE
     if (out / "report.md").exists():
         return
     shutil.rmtree(out, ignore_errors=True)
@@ -81,8 +105,8 @@ def predict() -> None:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS)]
-        commbench = ["--commbench", str(OUT / "commbench" / f"n{n}")]
-        run(["run.py", "project", str(OUT / "reference"), *commbench, *plan, "--output", str(path)])
+        commbench = ["--commbench", str(OUT / "commbench" / f"n{CARRIED_FROM or n}")]
+        run(["run.py", "project", str(REFERENCE), *commbench, *plan, "--output", str(path)])
 
 
 @app.command()
@@ -127,17 +151,21 @@ def rows() -> list[dict]:
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     data = rows()
     folder = OUT.relative_to(ROOT)
+    where = (
+        f"at {CARRIED_FROM} nodes on the same links, carried to N" if CARRIED_FROM else "on the same N nodes and links"
+    )
+    flags = " --held-out" if CARRIED_FROM else ""
     lines = [
         SECTION,
         "",
-        f"Produced by `python -m benchmarks.emulated_projection table` on {machine()}, from the predictions in "
+        f"Produced by `python -m benchmarks.emulated_projection{flags} table` on {machine()}, from the predictions in "
         f"{folder}/predictions/ (written by `... predict` before `... measure` ran the sweeps) and the sweeps "
         f"{folder}/measured-nN (-kK: at dilation K, every wait K times longer and the links K times slower, the "
         f"times divided back: docs/emulation.md). MNIST's ConvNet emulated from `{PROFILE}` (this machine's CPU at "
         "one thread, "
         f"micro-batch {MICRO}): N simulated nodes x 1 process on per-node links of {RATE}, sharing 2 cores (an "
         f"emulated node computes nothing; docs/emulation.md); global batch {MICRO} x N. Reference: `single` x1 "
-        "emulated from the same profile; commbench on the same N nodes and links. Error = (predicted - measured) / "
+        f"emulated from the same profile; commbench {where}. Error = (predicted - measured) / "
         "measured, measured = the median samples/s over the rounds (min-max beside it).",
         "",
         cases_summary(data),
