@@ -42,8 +42,9 @@ RESAMPLES = 200  # bootstrap resamples behind each interval
 CROWDED = 2
 CROWDED_SAID = (
     "the commbench ran {world} ranks on {cores} cores: its times may be the host's as much as the link's; at 8 and 16 "
-    "emulated nodes on 2 cores its fits made predictions 15-41 % too slow, where a commbench at 4 nodes, carried by "
-    "the ring's arithmetic, came within 10 % (docs/projection.md): a commbench at fewer nodes may be the better input"
+    "emulated nodes on 2 cores its fits made predictions 15-41 % too slow, and a commbench at 4 nodes carried by the "
+    "ring's arithmetic 11-23 % when held out (docs/projection.md): a commbench on nodes whose ranks have cores of "
+    "their own is the better input"
 )
 SHARDED = {"gather": "all-gather", "scatter": "reduce-scatter"}  # Link's field: commbench's collective
 
