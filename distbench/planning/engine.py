@@ -84,6 +84,11 @@ class Engine:
         scatter = fitted(recs[SCATTER], SCATTER) if recs.get(SCATTER) else None
         return replace(fitted(plain, "deepspeed"), gather=fitted(recs[GATHER], GATHER), scatter=scatter)
 
+    @property
+    def timed(self) -> str:
+        """How the node's collectives were taken, as the warnings say it."""
+        return ", timed under load" if self.under_load else ""
+
     def said(self, stage: int, profile: Profile) -> str:
         """What the prediction rests on, in a line."""
         measured, taken_off = self._parts(stage, profile, None)
@@ -95,7 +100,7 @@ class Engine:
         return (
             f"ZeRO-{stage}'s engine beyond stage 0 measured on one node at {self.world} processes "
             f"({len(self.extra_s[stage])} round(s) of {self.backend} at stages 0 and {stage}), what it exchanges "
-            f"there beyond stage 0 ({self.where}, {1e3 * taken_off:.2f} ms) taken off{held}"
+            f"there beyond stage 0 ({self.where}{self.timed}, {1e3 * taken_off:.2f} ms) taken off{held}"
         )
 
 

@@ -197,8 +197,8 @@ class Projection:
         stage, world = self.plan.zero_stage, self.plan.world
         out = [
             f"{engine.backend}'s stage-0 step measured on one node at {engine.world} processes "
-            f"({len(engine.stage0_s)} run(s)): {terms['stage0_node_ms']:+.2f} ms a step beyond the model's there, "
-            "added at every link",
+            f"({len(engine.stage0_s)} run(s)): {terms['stage0_node_ms']:+.2f} ms a step beyond the model's there"
+            f"{engine.timed}, added at every link",
             *([engine.said(stage, self.profile)] if stage else []),
             ZERO_LOADED_FOUND,
         ]

@@ -282,6 +282,7 @@ def test_deepspeeds_collectives_on_cpu_nodes_take_commbenchs_time_under_load(tmp
         assert ddp.allreduce_s(MiB, 2) == pytest.approx(lk.fit_link(links["ddp"], "").allreduce_s(MiB, 2))
         engine = en.load_engine(sweep, node, "deepspeed", 1, tl.timed_under_load("deepspeed", plan))
         assert engine.node().allreduce_s(MiB, 2) == pytest.approx(factor * idle.allreduce_s(MiB, 2))
+        assert ("timed under load" in engine.said(1, PROFILE)) == shared  # the warning says how it was taken
     unloaded = [{k: v for k, v in r.items() if k != "loaded_time_s"} for r in links["deepspeed"]]
     fallback = lk.fit_link(unloaded, "d", under_load=True)
     assert fallback.allreduce_s(MiB, 2) == pytest.approx(idle.allreduce_s(MiB, 2))
