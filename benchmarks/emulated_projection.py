@@ -12,10 +12,13 @@ nodes x 1 process that share this machine's 2 cores (an emulated node computes n
 per-node at one rate; commbench times each library's all-reduce on the same N nodes and links. Everything goes
 under docs/results/projection/emulated/; each step is the commands a user types.
 
-    python -m benchmarks.emulated_projection --held-out commbench   # and predict, measure, table: HELD_OUT's cases
+    python -m benchmarks.emulated_projection --variant held-out commbench   # and predict, measure, table
 
-`--held-out` checks the rule found after the 8- and 16-node sweeps (a commbench at 4 nodes, carried) on cases it
-has not seen, under docs/results/projection/emulated/heldout-200mbit/.
+Each variant (VARIANTS) is a set of cases and the commbench its predictions take: `main` (above), `held-out` (the
+rule found after main's 8- and 16-node sweeps, a commbench at 4 nodes carried, on cases it had not seen), `dilated`
+(main's and held-out's sweeps at 8 and 16 nodes predicted again from a commbench on the same nodes at the sweep's
+dilation: new inputs, sweeps measured before), `held-out-400` (the dilated commbench on new cases, predicted before
+they were measured).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
@@ -33,58 +37,125 @@ from benchmarks.projection import LOADED_SIZES, case_cells, cases_summary, run
 OUT = ROOT / "docs" / "results" / "projection" / "emulated"
 PROFILE = "docs/profiles/mnist-b32-cpu.json"
 MICRO = 32
-NODES = (2, 4, 8, 16)
-# the dilation each node count is measured at: the smallest that keeps the emulated runs under the host-busy limit
-# here (docs/emulation.md, "The largest emulated cluster": 8 nodes at 100 Mbit/s 20 % busy at 1, 6 % at 4; 16 nodes
-# 21 % at 4); the 8-node sweep at dilation 1 (measured-n8, 2026-12-04, before the limit) is kept, not tabled
-DILATION = {8: 4, 16: 8}
-RATE = "100mbit"
 BACKENDS = ("ddp", "deepspeed")
-SECTION = "## Validation at 2, 4, 8 and 16 nodes against emulated clusters: predicted before measuring"
 TASK = ["--task", "mnist", "--threads", "1", "--dropout", "0"]
 REFERENCE = OUT / "reference"  # every variant's computation
-CARRIED_FROM = 0  # the commbench's node count where it is carried to the others (0: one at each node count)
-# --held-out: the rule the validation above found after its sweeps (a commbench at 4 nodes, where the host carries
-# it, carried by the ring's arithmetic) on cases it has not seen: 8 and 16 nodes at 200 Mbit/s, each at a dilation
-# that keeps the host's share of the 100 Mbit/s runs (twice the rate, twice the dilation)
-HELD_OUT = {
-    "OUT": OUT / "heldout-200mbit",
-    "NODES": (8, 16),
-    "DILATION": {8: 8, 16: 16},
-    "RATE": "200mbit",
-    "CARRIED_FROM": 4,
-    "SECTION": "## Held out: 8 and 16 nodes at 200 Mbit/s from a 4-node commbench, predicted before measuring",
+DILATED_SIZES = ",".join(
+    str(4096 * 4**i) for i in range(5)
+)  # 4 KiB to 1 MiB: about the ConvNet's 1.2 MB, K times slower
+
+
+@dataclass(frozen=True)
+class Case:
+    """One emulated cluster: N nodes x 1 process on per-node links of `rate`, run at dilation K (the smallest that
+    keeps the emulated runs under the host-busy limit here: docs/emulation.md, "The largest emulated cluster")."""
+
+    rate: str
+    nodes: int
+    dilation: int = 1
+
+    def placed(self) -> list[str]:
+        return ["--nodes", str(self.nodes), "--nprocs", "1", "--link-mode", "per-node", "--link-rate", self.rate]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A validation: its cases, where their predictions and commbenches go (`out`), where each rate's sweeps are,
+    and the commbench each prediction takes: at the case's node count (carried_from 0) or at carried_from nodes,
+    carried by the ring's arithmetic; at dilation 1 or (`dilated`) at the case's dilation."""
+
+    out: Path
+    cases: tuple[Case, ...]
+    sweeps: dict[str, Path]  # rate: the folder of its measured-nN(-kK) sweeps
+    section: str
+    carried_from: int = 0
+    dilated: bool = False
+
+    def commbench(self, case: Case) -> Path:
+        """The commbench the case's prediction takes: nN at dilation 1 (a variant of one rate), RATE-nN-kK dilated."""
+        n = self.carried_from or case.nodes
+        if not self.dilated or case.dilation == 1:
+            return self.out / "commbench" / f"n{n}"
+        return self.out / "commbench" / f"{case.rate}-n{n}-k{case.dilation}"
+
+    def prediction(self, case: Case) -> Path:
+        return self.out / "predictions" / f"{case.rate}-n{case.nodes}.json"
+
+    def sweep(self, case: Case) -> Path:
+        k = case.dilation
+        return self.sweeps[case.rate] / f"measured-n{case.nodes}{f'-k{k}' if k > 1 else ''}"
+
+    def commbench_said(self) -> str:
+        where = (
+            f"at {self.carried_from} nodes on the same links, carried to N"
+            if self.carried_from
+            else "on the same N nodes and links"
+        )
+        return where + (", at the sweep's dilation (times divided back)" if self.dilated else "")
+
+
+HELD_OUT = OUT / "heldout-200mbit"
+HELD_OUT_400 = OUT / "heldout-400mbit"
+VARIANTS = {
+    # the 8-node sweep at dilation 1 (measured-n8, 2026-12-04, before the host limit) is kept, not tabled
+    "main": Variant(
+        OUT,
+        (Case("100mbit", 2), Case("100mbit", 4), Case("100mbit", 8, 4), Case("100mbit", 16, 8)),
+        {"100mbit": OUT},
+        "## Validation at 2, 4, 8 and 16 nodes against emulated clusters: predicted before measuring",
+    ),
+    # the rule main's sweeps found after the fact (a commbench at 4 nodes, where the host carries it) on cases it
+    # had not seen: twice the rate, twice the dilation
+    "held-out": Variant(
+        HELD_OUT,
+        (Case("200mbit", 8, 8), Case("200mbit", 16, 16)),
+        {"200mbit": HELD_OUT},
+        "## Held out: 8 and 16 nodes at 200 Mbit/s from a 4-node commbench, predicted before measuring",
+        carried_from=4,
+    ),
+    # a commbench on the sweep's own nodes and dilation (commbench --dilation): new inputs for sweeps already measured
+    "dilated": Variant(
+        OUT / "dilated",
+        (Case("100mbit", 8, 4), Case("100mbit", 16, 8), Case("200mbit", 8, 8), Case("200mbit", 16, 16)),
+        {"100mbit": OUT, "200mbit": HELD_OUT},
+        "## 8 and 16 nodes from a commbench at the sweeps' dilation: new inputs, the sweeps measured before",
+        dilated=True,
+    ),
+    # the same rule on cases it has not seen, predicted before they were measured: twice the rate again
+    "held-out-400": Variant(
+        HELD_OUT_400,
+        (Case("400mbit", 8, 16), Case("400mbit", 16, 32)),
+        {"400mbit": HELD_OUT_400},
+        "## Held out: 8 and 16 nodes at 400 Mbit/s from a commbench at the sweeps' dilation, predicted before "
+        "measuring",
+        dilated=True,
+    ),
 }
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+CHOSEN = {"variant": VARIANTS["main"]}
 
 
 @app.callback()
-def variant(held_out: bool = typer.Option(False, "--held-out", help="the held-out validation (HELD_OUT)")) -> None:
-    if held_out:
-        globals().update(HELD_OUT)
-
-
-def placed(n: int) -> list[str]:
-    return ["--nodes", str(n), "--nprocs", "1", "--link-mode", "per-node", "--link-rate", RATE]
-
-
-def prediction(n: int) -> Path:
-    return OUT / "predictions" / f"{RATE}-n{n}.json"
-
-
-def sweep(n: int) -> Path:
-    k = DILATION.get(n, 1)
-    return OUT / f"measured-n{n}{f'-k{k}' if k > 1 else ''}"
+def variant(name: str = typer.Option("main", "--variant", help=f"one of {', '.join(VARIANTS)}")) -> None:
+    if name not in VARIANTS:
+        raise typer.BadParameter(f"--variant: one of {', '.join(VARIANTS)}")
+    CHOSEN["variant"] = VARIANTS[name]
 
 
 @app.command()
 def commbench(repeats: int = 5, rounds: int = 2) -> None:
-    for n in (CARRIED_FROM,) if CARRIED_FROM else NODES:
-        out = OUT / "commbench" / f"n{n}"
-        if not (out / "fit.json").exists():
-            shutil.rmtree(out, ignore_errors=True)
-            args = ["--backends", ",".join(BACKENDS), *placed(n), "--sizes", LOADED_SIZES, "--repeats", str(repeats)]
-            run(["run.py", "commbench", *args, "--rounds", str(rounds), "--out", str(out)])
+    v = CHOSEN["variant"]
+    for case in v.cases:
+        out = v.commbench(case)
+        if (out / "fit.json").exists():
+            continue
+        shutil.rmtree(out, ignore_errors=True)
+        n = v.carried_from or case.nodes
+        at = Case(case.rate, n, case.dilation if v.dilated else 1)
+        sizes = DILATED_SIZES if v.dilated else LOADED_SIZES
+        args = ["--backends", ",".join(BACKENDS), *at.placed(), "--sizes", sizes, "--repeats", str(repeats)]
+        args += ["--dilation", str(at.dilation)] if at.dilation > 1 else []
+        run(["run.py", "commbench", *args, "--rounds", str(rounds), "--out", str(out)])
 
 
 @app.command()
@@ -99,31 +170,33 @@ def reference(repeats: int = 5, steps: int = 60) -> None:
 
 @app.command()
 def predict() -> None:
-    for n in NODES:
-        path = prediction(n)
+    v = CHOSEN["variant"]
+    for case in v.cases:
+        path = v.prediction(case)
         if path.exists():
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
+        n = case.nodes
         plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS)]
-        commbench = ["--commbench", str(OUT / "commbench" / f"n{CARRIED_FROM or n}")]
+        commbench = ["--commbench", str(v.commbench(case))]
         run(["run.py", "project", str(REFERENCE), *commbench, *plan, "--output", str(path)])
 
 
 @app.command()
 def measure(repeats: int = 3, steps: int = 40) -> None:
     """The emulated sweeps (refused before the predictions)."""
-    missing = [str(n) for n in NODES if not prediction(n).exists()]
+    v = CHOSEN["variant"]
+    missing = [f"{c.rate} n{c.nodes}" for c in v.cases if not v.prediction(c).exists()]
     if missing:
-        raise SystemExit(
-            f"predict first (python -m benchmarks.emulated_projection predict): nodes {', '.join(missing)}"
-        )
-    for n in NODES:
-        out = sweep(n)
+        raise SystemExit(f"predict first (python -m benchmarks.emulated_projection predict): {', '.join(missing)}")
+    for case in v.cases:
+        out = v.sweep(case)
         if (out / "report.md").exists():
             continue
         shutil.rmtree(out, ignore_errors=True)
-        args = [*TASK, "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS), *placed(n)]
-        args += ["--emulate", PROFILE, "--dilation", str(DILATION.get(n, 1)), "--max-steps", str(steps)]
+        n = case.nodes
+        args = [*TASK, "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS), *case.placed()]
+        args += ["--emulate", PROFILE, "--dilation", str(case.dilation), "--max-steps", str(steps)]
         args += ["--repeats", str(repeats)]
         run(["run.py", "compare", *args, "--out", str(out)])
 
@@ -131,50 +204,53 @@ def measure(repeats: int = 3, steps: int = 40) -> None:
 def rows() -> list[dict]:
     from distbench.sweep import grouping
 
+    v = CHOSEN["variant"]
     out = []
-    for n in NODES:
-        predicted = {p["backend"]: p for p in json.loads(prediction(n).read_text())}
-        recs = grouping.load([sweep(n)]).records if (sweep(n) / "results.jsonl").exists() else []
+    for case in v.cases:
+        predicted = {p["backend"]: p for p in json.loads(v.prediction(case).read_text())}
+        sweep = v.sweep(case)
+        recs = grouping.load([sweep]).records if (sweep / "results.jsonl").exists() else []
         for backend in BACKENDS:
             runs = [r["samples_per_sec"] for r in recs if r["status"] == "ok" and r["backend"] == backend]
             failed = sum(r["status"] != "ok" for r in recs if r["backend"] == backend)
             m = statistics.median(runs) if runs else None
             p = predicted[backend]
             err = (p["samples_per_sec"] - m) / m if m else None
-            out.append(
-                {"nodes": n, "backend": backend, "p": p, "runs": runs, "failed": failed, "measured": m, "error": err}
-            )
+            row = {"case": case, "nodes": case.nodes, "backend": backend, "p": p, "runs": runs, "failed": failed}
+            out.append(row | {"measured": m, "error": err})
     return out
 
 
 @app.command()
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
+    v = CHOSEN["variant"]
     data = rows()
-    folder = OUT.relative_to(ROOT)
-    where = (
-        f"at {CARRIED_FROM} nodes on the same links, carried to N" if CARRIED_FROM else "on the same N nodes and links"
-    )
-    flags = " --held-out" if CARRIED_FROM else ""
+    name = next(k for k, x in VARIANTS.items() if x is v)
+    flags = "" if name == "main" else f" --variant {name}"
+    folders = ", ".join(f"{p.relative_to(ROOT)}/measured-nN" for p in dict.fromkeys(v.sweeps.values()))
+    rates = " and ".join(dict.fromkeys(c.rate for c in v.cases))
     lines = [
-        SECTION,
+        v.section,
         "",
         f"Produced by `python -m benchmarks.emulated_projection{flags} table` on {machine()}, from the predictions in "
-        f"{folder}/predictions/ (written by `... predict` before `... measure` ran the sweeps) and the sweeps "
-        f"{folder}/measured-nN (-kK: at dilation K, every wait K times longer and the links K times slower, the "
-        f"times divided back: docs/emulation.md). MNIST's ConvNet emulated from `{PROFILE}` (this machine's CPU at "
-        "one thread, "
-        f"micro-batch {MICRO}): N simulated nodes x 1 process on per-node links of {RATE}, sharing 2 cores (an "
-        f"emulated node computes nothing; docs/emulation.md); global batch {MICRO} x N. Reference: `single` x1 "
-        f"emulated from the same profile; commbench {where}. Error = (predicted - measured) / "
-        "measured, measured = the median samples/s over the rounds (min-max beside it).",
+        f"{v.out.relative_to(ROOT)}/predictions/ (written by `... predict`, from the commbenches in "
+        f"{v.out.relative_to(ROOT)}/commbench/) and the sweeps {folders} (-kK: at dilation K, every wait K times "
+        "longer and the links K times slower, the times divided back: docs/emulation.md). MNIST's ConvNet emulated "
+        f"from `{PROFILE}` (this machine's CPU at one thread, micro-batch {MICRO}): N simulated nodes x 1 process on "
+        f"per-node links of {rates}, sharing 2 cores (an emulated node computes nothing; docs/emulation.md); global "
+        f"batch {MICRO} x N. Reference: `single` x1 emulated from the same profile; commbench {v.commbench_said()}. "
+        "Error = (predicted - measured) / measured, measured = the median samples/s over the rounds (min-max beside "
+        "it).",
         "",
         cases_summary(data),
         "",
-        "| nodes | dilation | library | predicted samples/s (interval) | measured (min-max, runs) | error |",
-        "|---|---|---|---|---|---|",
+        "| link | nodes | dilation | library | predicted samples/s (interval) | measured (min-max, runs) | error |",
+        "|---|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r['nodes']} | {DILATION.get(r['nodes'], 1)} | {r['backend']} | {case_cells(r)} |" for r in data]
-    write_section(out, SECTION, [*lines, ""])
+    lines += [
+        f"| {r['case'].rate} | {r['nodes']} | {r['case'].dilation} | {r['backend']} | {case_cells(r)} |" for r in data
+    ]
+    write_section(out, v.section, [*lines, ""])
     print("\n".join(lines))
 
 

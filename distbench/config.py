@@ -291,9 +291,9 @@ class RunConfig:
     )
     dilation: float = option(
         1.0,
-        "With --emulate: every wait K times longer and the link K times slower (simulate and compare shape it at "
-        "rate / K), so that the host carries the traffic of more nodes at the same ratios; times are recorded "
-        "divided back by K, as measured under `dilated`.",
+        "With --emulate (and in commbench, which computes nothing): every wait K times longer and the link K times "
+        "slower (simulate, compare and commbench shape it at rate / K), so that the host carries the traffic of more "
+        "nodes at the same ratios; times are recorded divided back by K, as measured under `dilated`.",
         checks=(Check(lambda v: 1.0 <= v <= 1000.0, "must be between 1 and 1000"),),
         resume=True,
     )
@@ -385,14 +385,21 @@ def check_dir_option(name: str, path: Path | None) -> None:
         raise UserError(f"{flag(name)} {path} is not a directory")
 
 
+def checked(name: str, value):
+    """One option's value through its own checks (a command that takes the option without a RunConfig: commbench's
+    --dilation); the first it fails is one line naming the flag."""
+    for check in FIELDS[name].metadata["checks"]:
+        if (error := check.error(flag(name), value)) is not None:
+            raise UserError(error)
+    return value
+
+
 def validate(cfg: RunConfig, world_size: int) -> None:
     """Reject bad input with one clear line before any process group or data loading starts: each option's own
     checks, then the checks that relate options to each other or to the world size (what an option means to a
     backend: BackendSpec.check_options)."""
-    for name, f in FIELDS.items():
-        for check in f.metadata["checks"]:
-            if (error := check.error(flag(name), getattr(cfg, name))) is not None:
-                raise UserError(error)
+    for name in FIELDS:
+        checked(name, getattr(cfg, name))
     _check_batch(cfg, world_size)
     check_dir_option("data_dir", cfg.data_dir)
     _check_fault(cfg.fault, world_size)

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from distbench.backends import ALL_REDUCING
-from distbench.cli.declared import argument, command, new_app, param, placement_params
+from distbench.cli.declared import argument, command, new_app, param, placement_params, run_options
 from distbench.cli.sweep import command_line, exit_if_failed
 from distbench.launching.placement import PLACEMENT, Placement
 
@@ -41,7 +41,7 @@ def commbench_params() -> list[inspect.Parameter]:
         ),
         param("run_timeout_s", int, 900, help="Per-launch timeout."),
     ]
-    return [out, _backends(), *placed, *own]
+    return [out, _backends(), *placed, *own, *run_options(["dilation"])]
 
 
 def commbench(values: dict) -> None:

@@ -166,6 +166,15 @@ def dilated(rate: str, k: float) -> str:
     return rate if bits is None or k == 1.0 else format_rate(bits / k)
 
 
+def dilated_view(observed: dict, k: float) -> dict:
+    """The link a dilated run or commbench emulates (--dilation K): K times the rate its namespace has, which is kept
+    as `link_rate_shaped`."""
+    rate = parse_rate(observed["link_rate"])
+    if k == 1.0 or rate is None:
+        return observed
+    return {**observed, "link_rate": format_rate(rate * k), "link_rate_shaped": observed["link_rate"]}
+
+
 def canonical_rate(text: str) -> str:
     """A rate as given ("1000mbit", " 1Gbit") in the one form records and names use ("1gbit"); checked."""
     return format_rate(parse_rate(text))

@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from distbench.backends import ALL_REDUCING, REGISTRY
+from distbench.config import checked
 from distbench.errors import UserError
+from distbench.launching import link
 from distbench.launching.affinity import load_average
 from distbench.launching.placement import Placement
 from distbench.planning import commbench_report
@@ -57,6 +59,7 @@ class CommbenchRequest:
     grad_compression: str
     run_timeout_s: int
     command_line: str  # as the report says it was built
+    dilation: float = 1.0  # the link shaped K times slower, every time divided back by K (an emulated cluster's)
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class Bench:
     rounds: int  # launches of each backend
     timeout_s: float
     compressions: tuple[str, ...] = ("none",)  # how the gradients travel: as is, or in 16 bits
+    dilation: float = 1.0  # --dilation: the link shaped at its rate / K, every time divided back by K
 
     def configs(self) -> list[SweepConfig]:
         """One configuration per backend and compression (uncompressed alone for a library that has none), each
@@ -118,6 +122,8 @@ class Bench:
             ",".join(map(str, self.sizes)),
             "--repeats",
             str(self.repeats),
+            "--dilation",
+            str(self.dilation),
             "--output",
             str(out_json),
         ]
@@ -153,8 +159,22 @@ def _bench(request: CommbenchRequest) -> Bench:
     compressions = tuple(AXES["grad_compression"].metadata["parse"](r.grad_compression, "--grad-compression"))
     if (r.out / RECORDS).exists():
         raise UserError(f"{r.out} already holds a commbench ({RECORDS}); choose another --out")
+    dilation = checked("dilation", r.dilation)
+    if dilation != 1.0 and link.parse_rate(p.link_rate) is None:
+        # the times are divided back by K: only a link shaped K times slower makes them the emulated link's
+        raise UserError(f"--dilation {dilation:g} shapes the link {dilation:g} times slower: give its --link-rate")
     return Bench(
-        names, sizes, p.nodes, p.nprocs, p.link_rate, p.link_mode, r.repeats, r.rounds, r.run_timeout_s, compressions
+        names,
+        sizes,
+        p.nodes,
+        p.nprocs,
+        p.link_rate,
+        p.link_mode,
+        r.repeats,
+        r.rounds,
+        r.run_timeout_s,
+        compressions,
+        dilation,
     )
 
 
@@ -171,6 +191,7 @@ def records(result: dict, config: SweepConfig, rnd: int, load: dict | None = Non
         "link_rate": result["link_rate"],
         "link_mode": result["link_mode"],
         "launcher": result["launcher"],
+        "dilation": result.get("dilation", 1.0),  # the link shaped K times slower, the times divided back
         "round": rnd,
         **({"machine_load": load} if load is not None else {}),
     }
@@ -195,7 +216,9 @@ def measure(executor, bench: Bench, out: Path) -> list[dict]:
     """Every backend once per round (the order alternating by round); returns the records, also appended to
     DIR/commbench.jsonl. A launch that fails is one FAILED line with its cause (whole in its log) and no records."""
     configs = bench.configs()
-    executor.check(configs, emulated=True)  # it computes nothing: its simulated nodes may share cores, as emulated ones
+    # it computes nothing: its simulated nodes may share cores, as emulated ones; under --dilation its links are shaped
+    # K times slower, as an emulated run's
+    executor.check(configs, emulated=True, dilation=bench.dilation)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     found = []
     for rnd in range(1, bench.rounds + 1):

@@ -16,7 +16,8 @@ from distbench.records import write_json
 from distbench.sweep import stats
 
 RECORDS, SUMMARY, FIT = "commbench.jsonl", "summary.csv", "fit.json"  # the files of a commbench folder
-MEASURES = ("time_s", "cpu_s", "loaded_time_s", "loaded_cpu_s")  # per repeat; the loaded two on CPU ranks only
+# per repeat; the loaded two on CPU ranks only, the time as measured under a dilation only (time_s is divided back)
+MEASURES = ("time_s", "cpu_s", "loaded_time_s", "loaded_cpu_s", "dilated_time_s")
 # fit.json's prefix, the row's key: the time (under load: DeepSpeed's on CPU nodes, timeline.TIMED_UNDER_LOAD), the
 # CPU time, and the computation taken under load
 FITTED = (("", "time_s"), ("loaded_", "loaded_time_s"), ("cpu_", "cpu_s"), ("loaded_cpu_", "loaded_cpu_s"))
@@ -66,6 +67,7 @@ def summarize(recs: list[dict]) -> list[dict]:
                 "nodes": mine[0]["nodes"],
                 "link_rate": mine[0]["link_rate"],
                 "link_mode": mine[0]["link_mode"],
+                "dilation": mine[0].get("dilation", 1.0),
                 "repeats": len(mine),
                 "time_s": s.median,
                 "time_s_lo": s.lo,
@@ -101,6 +103,7 @@ def _fit_of(rows: list[dict]) -> dict:
         "nodes": rows[0]["nodes"],
         "link_rate": rows[0]["link_rate"],
         "link_mode": rows[0]["link_mode"],
+        "dilation": rows[0]["dilation"],
     }
     for prefix, key in FITTED:
         values = [r[key] for r in rows]
@@ -184,6 +187,18 @@ def load_said(recs: list[dict]) -> str:
     )
 
 
+def dilation_said(rows: list[dict]) -> str:
+    """What a dilated commbench's times are ("": not dilated)."""
+    k = rows[0]["dilation"]
+    if k == 1.0:
+        return ""
+    return (
+        f" At dilation {k:g} (--dilation): the links shaped {k:g} times slower than {rows[0]['link_rate']}, every time "
+        "divided back by it (as measured: `dilated_time_s` in commbench.jsonl), nothing timed under load (the "
+        "cluster it emulates computes on devices: docs/emulation.md)."
+    )
+
+
 def markdown(rows: list[dict], fitted: dict[str, dict], command: str, recs: list[dict] | None = None) -> str:
     """commbench.md: how it was built and what its numbers are, the table of every size's measurements, the table of
     the fits and a line per fit that is not physical."""
@@ -191,8 +206,8 @@ def markdown(rows: list[dict], fitted: dict[str, dict], command: str, recs: list
         "# commbench",
         "",
         f"Built by `{command}` on {datetime.now(UTC).date()} ({platform.platform()}, {available_cpus()} CPUs). "
-        f"{load_said(recs or [])} algbw = S/t, busbw = algbw x 2(n-1)/n for an all-reduce, x (n-1)/n for an "
-        "all-gather of S bytes in all (nccl-tests); medians "
+        f"{load_said(recs or [])}{dilation_said(rows)} algbw = S/t, busbw = algbw x 2(n-1)/n for an all-reduce, "
+        "x (n-1)/n for an all-gather of S bytes in all (nccl-tests); medians "
         f"over the repeats with their {stats.CI} where there are enough. MB/s are 10^6 bytes per second. "
         "CPU ms: the CPU time of the busiest rank (every thread of its process), with no load of commbench's own on "
         "its core. Taken under load: the computation the all-reduce took from a thread computing on the same core "

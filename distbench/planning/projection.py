@@ -38,13 +38,19 @@ from distbench.planning.timeline import (
 
 RESAMPLES = 200  # bootstrap resamples behind each interval
 # a commbench whose ranks outnumber its host's cores more than this many times over: its times are the host's as much
-# as the link's (found at 8 and 16 emulated nodes on 2 cores, written after; 4 on 2 was within 4 %)
+# as the link's (found at 8 and 16 emulated nodes on 2 cores, written after; 4 on 2 was within 4 %); a dilated one
+# (--dilation K) may run K times as many, its host's costs divided by K
 CROWDED = 2
 CROWDED_SAID = (
     "the commbench ran {world} ranks on {cores} cores: its times may be the host's as much as the link's; at 8 and 16 "
     "emulated nodes on 2 cores its fits made predictions 15-41 % too slow, and a commbench at 4 nodes carried by the "
     "ring's arithmetic 11-23 % when held out (docs/projection.md): a commbench on nodes whose ranks have cores of "
     "their own is the better input"
+)
+DILATED_SAID = (
+    "the commbench ran at dilation {k:g}: its host's costs are 1/{k:g} of this machine's and nothing was timed under "
+    "load, as on an emulated cluster's nodes, not on CPU nodes that compute the step (a commbench at dilation 1 is "
+    "their input)"
 )
 SHARDED = {"gather": "all-gather", "scatter": "reduce-scatter"}  # Link's field: commbench's collective
 
@@ -136,7 +142,8 @@ class Projection:
         nodes = max(r.get("nodes") or 1 for r in recs)
         world = max(r["world_size"] for r in recs)
         mode = recs[0].get("link_mode") or "shared"
-        return {"world_size": world, "nodes": nodes, "nprocs": world // nodes, "link_mode": mode}
+        dilation = max(r.get("dilation", 1.0) for r in recs)
+        return {"world_size": world, "nodes": nodes, "nprocs": world // nodes, "link_mode": mode, "dilation": dilation}
 
     @property
     def commbench_cores(self) -> int:
@@ -170,8 +177,10 @@ class Projection:
                 )
                 out.append(f"{plan.nodes} nodes, beyond the {m['nodes']} the commbench measured{alone}")
             cores = self.commbench_cores
-            if cores and m["world_size"] > CROWDED * cores:
+            if cores and m["world_size"] > CROWDED * cores * m["dilation"]:
                 out.append(CROWDED_SAID.format(world=m["world_size"], cores=cores))
+            if plan.cores_shared and m["dilation"] != 1.0:
+                out.append(DILATED_SAID.format(k=m["dilation"]))
         if not self.micro_runs and plan.micro_batch != self.ref.batch_size:
             out.append(
                 f"forward+backward at micro-batch {plan.micro_batch} is batch {self.ref.batch_size}'s scaled by the "

@@ -14,6 +14,10 @@ while, as backward does in training, and the computation the all-reduce took fro
 what an exchange costs a CPU node's training, where its CPU time without that load is not (a library may poll, and then
 yields to the computation; the kernel's network work and the library's threads take from it in turn).
 
+Under --dilation K (commbench's, as an emulated run's: docs/emulation.md) the link is shaped K times slower and
+every time is divided back by K, the time as measured kept beside it (`dilated_time_s`); nothing is timed under load
+(the cluster a dilation emulates computes on devices, not on the cores its exchanges run on).
+
 The main process writes one JSON object to --output: the world size and, per size, each repeat's time and CPU time
 and, on CPU ranks, its time under load and the computation it took.
 """
@@ -187,6 +191,14 @@ def time_collective(
     return dict(zip(measured, slowest.tolist(), strict=True))
 
 
+def undilated(measured: dict[str, list[float]], k: float) -> dict[str, list[float]]:
+    """--dilation K: every time divided back by K (as the emulated cluster's, whose links are K times faster than the
+    shaped ones and whose host K times faster than this one), the time as measured kept as `dilated_time_s`."""
+    if k == 1.0:
+        return measured
+    return {**{key: [v / k for v in values] for key, values in measured.items()}, "dilated_time_s": measured["time_s"]}
+
+
 def main() -> None:
     """One process: set the backend up, time its all-reduce at every size, and (the main process) write the result."""
     p = argparse.ArgumentParser()
@@ -195,6 +207,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, required=True)
     p.add_argument("--grad-compression", default="none", choices=tuple(GradCompression.__members__))
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dilation", type=float, default=1.0, help="the link shaped K times slower: times divided by K")
     p.add_argument("--output", required=True)
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -203,7 +216,7 @@ def main() -> None:
     check_launch(a.backend, env)
     backend = spec.load()(env)
     backend.setup()
-    load = Load() if backend.device.type == "cpu" else None
+    load = Load() if backend.device.type == "cpu" and a.dilation == 1.0 else None
     sizes = [int(s) for s in a.sizes.split(",")]
     # the gradients' all-reduce; and where the library shards (ZeRO), its parameters' all-gather (after a ZeRO-1/2
     # step, in a ZeRO-3 forward) and its gradients' reduce-scatter (ZeRO-3), uncompressed (DeepSpeed gathers the
@@ -211,7 +224,10 @@ def main() -> None:
     sharded = ["all-gather", "reduce-scatter"] if spec.zero_stages and a.grad_compression == "none" else []
     collectives = ["all-reduce", *sharded]
     results = {
-        c: {str(size): time_collective(backend, size, a.repeats, a.grad_compression, load, c) for size in sizes}
+        c: {
+            str(size): undilated(time_collective(backend, size, a.repeats, a.grad_compression, load, c), a.dilation)
+            for size in sizes
+        }
         for c in collectives
     }
     if load is not None:
@@ -222,7 +238,8 @@ def main() -> None:
             "world_size": backend.world_size,
             "launcher": env.launcher,
             "nodes": env.nodes,
-            **link.observe(),  # the link as this process's network namespace has it
+            **link.dilated_view(link.observe(), a.dilation),  # the link as this process's namespace has it
+            "dilation": a.dilation,
             "grad_compression": a.grad_compression,
             "measured": results,  # per collective, per size
         }

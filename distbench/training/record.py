@@ -294,14 +294,6 @@ def undilated(summary: dict, k: float) -> dict:
     }
 
 
-def dilated_link(observed: dict, k: float) -> dict:
-    """The link a dilated run emulates: K times the rate its namespace has (kept as `link_rate_shaped`)."""
-    rate = link.parse_rate(observed["link_rate"])
-    if k == 1.0 or rate is None:
-        return observed
-    return {**observed, "link_rate": link.format_rate(rate * k), "link_rate_shaped": observed["link_rate"]}
-
-
 def where_it_ran(backend: Backend, threads: int, facts: Facts, topo: dict, dilation: float = 1.0) -> dict:
     """The record's account of where the run ran: the software and machine, the ranks' nodes and cores, the
     machine's load, the scheduler, the link between nodes and the launcher."""
@@ -312,7 +304,7 @@ def where_it_ran(backend: Backend, threads: int, facts: Facts, topo: dict, dilat
         "scheduler": scheduler_facts(),  # Slurm's job, step and node of the main process (None: no scheduler)
         # the link the run's traffic crossed (launching/link.py): its rate ("none": unshaped) and mode (shared: a
         # bucket on loopback; per-node: a NIC per node, netns.py)
-        **dilated_link(link.observe(), dilation),
+        **link.dilated_view(link.observe(), dilation),
         "launcher": backend.launch.launcher,
         # torchrun: how often this machine's agent had restarted the worker group when this run began
         "launcher_restarts": backend.launch.restart_count,

@@ -224,7 +224,7 @@ def test_project_from_a_1_x_2_commbench_to_16_x_4_says_it_extrapolates(tmp_path)
     for p in rows.values():
         assert p["samples_per_sec_lo"] < p["samples_per_sec"] < p["samples_per_sec_hi"]
         assert p["scaling_efficiency_lo"] < p["scaling_efficiency"] < p["scaling_efficiency_hi"]
-        assert p["commbench"] == {"world_size": 2, "nodes": 1, "nprocs": 2, "link_mode": "shared"}
+        assert p["commbench"] == {"world_size": 2, "nodes": 1, "nprocs": 2, "link_mode": "shared", "dilation": 1.0}
         assert any("64 ranks" in w for w in p["warnings"])
     _strict((tmp_path / "p.profile.json").read_text())
     for line in [line for line in said if line.startswith("| ddp ")]:

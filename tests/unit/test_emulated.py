@@ -19,7 +19,7 @@ from distbench.launching.topology import SimulatedNodes
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.runner import checked
 from distbench.tasks import emulated
-from distbench.training.record import dilated_link, undilated
+from distbench.training.record import undilated
 from tests.unit.test_profile import BACKWARD_S, FORWARD_S, Model, profiled
 
 
@@ -200,8 +200,9 @@ def test_a_dilated_runs_times_are_divided_back_and_its_link_is_the_emulated_one(
     assert undilated(summary, 1.0) == {**summary, "dilated": None}
     assert link.dilated("1gbit", 4.0) == "250mbit" and link.dilated("none", 4.0) == "none"
     seen = {"link_rate": "250mbit", "link_mode": "per-node"}
-    assert dilated_link(seen, 4.0) == {"link_rate": "1gbit", "link_mode": "per-node", "link_rate_shaped": "250mbit"}
-    assert dilated_link(seen, 1.0) == seen
+    emulated = {"link_rate": "1gbit", "link_mode": "per-node", "link_rate_shaped": "250mbit"}
+    assert link.dilated_view(seen, 4.0) == emulated
+    assert link.dilated_view(seen, 1.0) == seen
     with pytest.raises(UserError, match="--dilation 4 stretches an emulated run's waits: give --emulate"):
         validate(RunConfig(dilation=4.0, batch_size=64), 1)
 
