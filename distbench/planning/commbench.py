@@ -192,6 +192,7 @@ def records(result: dict, config: SweepConfig, rnd: int, load: dict | None = Non
         "link_mode": result["link_mode"],
         "launcher": result["launcher"],
         "dilation": result.get("dilation", 1.0),  # the link shaped K times slower, the times divided back
+        **{k: result[k] for k in ("link_rate_shaped",) if k in result},  # a dilated link's rate as shaped
         "round": rnd,
         **({"machine_load": load} if load is not None else {}),
     }

@@ -75,6 +75,32 @@ def test_commbench_times_every_library_across_per_node_links(tmp_path):
     assert not node_namespaces()
 
 
+@pytest.mark.alone  # rates, which another run beside it would change
+@pytest.mark.timeout(200)
+def test_a_dilated_commbench_times_the_link_it_emulates(tmp_path):
+    """--dilation 4 on 100 Mbit/s per-node links: shaped at 25 Mbit/s, every time divided back by 4, so a 4 MiB
+    all-reduce's bus bandwidth is the emulated link's, about 12.5 MB/s (undivided: a quarter of it; unshaped: far
+    above), the time as measured kept at four times; nothing timed under load; the report says the dilation."""
+    out = tmp_path / "cb"
+    cmd = py(
+        "run.py commbench --backends ddp --nodes 2 --nprocs 1 --link-rate 100mbit --link-mode per-node --repeats 2 "
+        "--sizes 4194304 --dilation 4 --out",
+        out,
+    )
+    run_in(tmp_path, cmd, timeout=180)
+    recs = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
+    assert len(recs) == 2 and {(r["link_rate"], r["link_rate_shaped"], r["dilation"]) for r in recs} == {
+        ("100mbit", "25mbit", 4.0)
+    }
+    for r in recs:
+        print(f"busbw {r['busbw_Bps'] / 1e6:.2f} MB/s, emulating a link of 12.5 MB/s")
+        assert 0.6 * 12.5e6 < r["busbw_Bps"] < 1.15 * 12.5e6
+        assert r["dilated_time_s"] == pytest.approx(4 * r["time_s"]) and "loaded_time_s" not in r
+    assert "At dilation 4 (--dilation)" in (out / "commbench.md").read_text()
+    assert json.loads((out / "fit.json").read_text())["ddp"]["dilation"] == 4.0
+    assert not node_namespaces()
+
+
 LAUNCHERS = ["ddp", "accelerate", "horovod", "deepspeed", "fabric"]  # a backend started by each launcher
 
 

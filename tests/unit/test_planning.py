@@ -301,6 +301,43 @@ def test_a_commbench_of_more_ranks_than_twice_its_cores_is_said_to_rest_on_the_h
     crowded = pj.CROWDED_SAID.format(world=8, cores=2)
     assert crowded in said(8, {"machine_load": {"avg_1m_before": 1.0, "avg_1m_after": 1.0, "cores": 2}})
     assert not any("ranks on" in w for w in said(4, {"machine_load": {"cores": 2}}) + said(8, {}))
+    # dilated K times (commbench --dilation), the host's costs are divided by K: K times as many ranks
+    assert not any("ranks on" in w for w in said(8, {"machine_load": {"cores": 2}, "dilation": 4.0}))
+    assert crowded.replace("8 ranks", "32 ranks") in said(32, {"machine_load": {"cores": 2}, "dilation": 4.0})
+
+
+def test_a_dilated_commbench_times_the_link_it_emulates_and_says_so():
+    """commbench --dilation K: the worker's times divided back by K, the time as measured kept; the records, the fit
+    and the report say the dilation; a prediction for CPU nodes (whose cores compute the step) from it says that it
+    is an emulated cluster's link, one for an emulated cluster does not."""
+    from distbench.planning import worker
+
+    measured = {"time_s": [0.4, 0.8], "cpu_s": [0.04, 0.08]}
+    back = worker.undilated(measured, 4.0)
+    assert back == {"time_s": [0.1, 0.2], "cpu_s": [0.01, 0.02], "dilated_time_s": [0.4, 0.8]}
+    assert worker.undilated(measured, 1.0) is measured
+    sizes = (4096, 2**18, 2**20)
+    per_size = {str(s): worker.undilated({"time_s": [4 * (1e-3 + 1e-8 * s)] * 3}, 4.0) for s in sizes}
+    result = {**FOUND, "launcher": "torchrun", "dilation": 4.0, "link_rate": "100mbit", "link_rate_shaped": "25mbit"}
+    config = cb.Bench(["ddp"], list(sizes), 1, 2, "100mbit", "shared", 3, 1, 60.0, dilation=4.0).configs()[0]
+    recs = cb.records(result | {"measured": {"all-reduce": per_size}}, config, 1)
+    assert {(r["dilation"], r["link_rate"], r["link_rate_shaped"]) for r in recs} == {(4.0, "100mbit", "25mbit")}
+    assert all(r["dilated_time_s"] == pytest.approx(4 * r["time_s"]) for r in recs)
+    rows = cr.summarize(recs)
+    fitted = cr.fits(rows)["ddp"]
+    assert fitted["dilation"] == 4.0 and fitted["alpha_s"] == pytest.approx(1e-3)  # the emulated link's
+    assert "At dilation 4 (--dilation): the links shaped 4 times slower than 100mbit" in cr.markdown(rows, {}, "c")
+    ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
+    for shared in (True, False):
+        plan = dataclasses.replace(PLAN, cores_shared=shared)
+        said = pj.Projection(ref, PROFILE, plan, {"ddp": recs}, "none", 1.0).warnings("ddp")
+        assert (pj.DILATED_SAID.format(k=4.0) in said) == shared
+    assert cb.Bench(["ddp"], [4096], 1, 2, "100mbit", "shared", 1, 1, 60.0, dilation=4.0).program(config, "o")[-4:] == [
+        "--dilation",
+        "4.0",
+        "--output",
+        "o",
+    ]
 
 
 def test_commbench_keeps_the_all_gather_apart_from_the_all_reduce(tmp_path):
