@@ -35,14 +35,7 @@ from benchmarks.harness import ROOT, machine, write_section
 from benchmarks.projection import LOADED_SIZES, case_cells, cases_summary, run
 
 OUT = ROOT / "docs" / "results" / "projection" / "emulated"
-PROFILE = "docs/profiles/mnist-b32-cpu.json"
-MICRO = 32
 BACKENDS = ("ddp", "deepspeed")
-TASK = ["--task", "mnist", "--threads", "1", "--dropout", "0"]
-REFERENCE = OUT / "reference"  # every variant's computation
-DILATED_SIZES = ",".join(
-    str(4096 * 4**i) for i in range(5)
-)  # 4 KiB to 1 MiB: about the ConvNet's 1.2 MB, K times slower
 
 
 @dataclass(frozen=True)
@@ -59,6 +52,37 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Computation:
+    """The task a variant emulates: its profile (this machine's CPU at one thread), micro-batch, the task's options,
+    and its reference (`single` x1 emulated from the profile)."""
+
+    profile: str
+    micro: int
+    task: tuple[str, ...]
+    reference: Path
+    said: str  # the table's name for it
+    steps: int = 40  # each emulated run's
+
+
+MNIST = Computation(
+    "docs/profiles/mnist-b32-cpu.json",
+    32,
+    ("--task", "mnist", "--threads", "1", "--dropout", "0"),
+    OUT / "reference",
+    "MNIST's ConvNet",
+)
+# ResNet-18 on 64-pixel synthetic images, 47 MB of gradients: a step about as long as a 2.3 Gbit/s link's all-reduce
+RESNET18 = Computation(
+    "docs/profiles/synthetic-resnet18-b8-cpu.json",
+    8,
+    ("--task", "synthetic-resnet", "--model", "resnet18", "--image-size", "64", "--threads", "1"),
+    OUT / "resnet18" / "reference",
+    "ResNet-18 (synthetic 64-pixel images)",
+    steps=16,
+)
+
+
+@dataclass(frozen=True)
 class Variant:
     """A validation: its cases, where their predictions and commbenches go (`out`), where each rate's sweeps are,
     and the commbench each prediction takes: at the case's node count (carried_from 0) or at carried_from nodes,
@@ -70,6 +94,8 @@ class Variant:
     section: str
     carried_from: int = 0
     dilated: bool = False
+    computation: Computation = MNIST
+    sizes: str = ",".join(str(4096 * 4**i) for i in range(5))  # a dilated commbench's: 4 KiB to 1 MiB (MNIST's 1.2 MB)
 
     def commbench(self, case: Case) -> Path:
         """The commbench the case's prediction takes: nN at dilation 1 (a variant of one rate), RATE-nN-kK dilated."""
@@ -130,6 +156,16 @@ VARIANTS = {
         "measuring",
         dilated=True,
     ),
+    # a second model, compute and communication of the same order (1 Gbit/s), predicted before it was measured
+    "resnet18": Variant(
+        OUT / "resnet18",
+        (Case("1gbit", 2, 8), Case("1gbit", 4, 16)),
+        {"1gbit": OUT / "resnet18"},
+        "## ResNet-18 at 2 and 4 nodes, 1 Gbit/s, from a commbench at the sweeps' dilation, predicted before measuring",
+        dilated=True,
+        computation=RESNET18,
+        sizes=LOADED_SIZES,  # 4 KiB to 16 MiB: DDP's 25 MB buckets and DeepSpeed's 47 MB, the line carried to them
+    ),
 }
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 CHOSEN = {"variant": VARIANTS["main"]}
@@ -152,7 +188,7 @@ def commbench(repeats: int = 5, rounds: int = 2) -> None:
         shutil.rmtree(out, ignore_errors=True)
         n = v.carried_from or case.nodes
         at = Case(case.rate, n, case.dilation if v.dilated else 1)
-        sizes = DILATED_SIZES if v.dilated else LOADED_SIZES
+        sizes = v.sizes if v.dilated else LOADED_SIZES
         args = ["--backends", ",".join(BACKENDS), *at.placed(), "--sizes", sizes, "--repeats", str(repeats)]
         args += ["--dilation", str(at.dilation)] if at.dilation > 1 else []
         run(["run.py", "commbench", *args, "--rounds", str(rounds), "--out", str(out)])
@@ -160,11 +196,12 @@ def commbench(repeats: int = 5, rounds: int = 2) -> None:
 
 @app.command()
 def reference(repeats: int = 5, steps: int = 60) -> None:
-    out = REFERENCE
+    c = CHOSEN["variant"].computation
+    out = c.reference
     if (out / "report.md").exists():
         return
     shutil.rmtree(out, ignore_errors=True)
-    args = [*TASK, "--batch-size", str(MICRO), "--backends", "single", "--nprocs", "1", "--emulate", PROFILE]
+    args = [*c.task, "--batch-size", str(c.micro), "--backends", "single", "--nprocs", "1", "--emulate", c.profile]
     run(["run.py", "compare", *args, "--max-steps", str(steps), "--repeats", str(repeats), "--out", str(out)])
 
 
@@ -176,14 +213,14 @@ def predict() -> None:
         if path.exists():
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        n = case.nodes
-        plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS)]
+        n, c = case.nodes, v.computation
+        plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(c.micro * n), "--backends", ",".join(BACKENDS)]
         commbench = ["--commbench", str(v.commbench(case))]
-        run(["run.py", "project", str(REFERENCE), *commbench, *plan, "--output", str(path)])
+        run(["run.py", "project", str(c.reference), *commbench, *plan, "--output", str(path)])
 
 
 @app.command()
-def measure(repeats: int = 3, steps: int = 40) -> None:
+def measure(repeats: int = 3) -> None:
     """The emulated sweeps (refused before the predictions)."""
     v = CHOSEN["variant"]
     missing = [f"{c.rate} n{c.nodes}" for c in v.cases if not v.prediction(c).exists()]
@@ -194,9 +231,9 @@ def measure(repeats: int = 3, steps: int = 40) -> None:
         if (out / "report.md").exists():
             continue
         shutil.rmtree(out, ignore_errors=True)
-        n = case.nodes
-        args = [*TASK, "--batch-size", str(MICRO * n), "--backends", ",".join(BACKENDS), *case.placed()]
-        args += ["--emulate", PROFILE, "--dilation", str(case.dilation), "--max-steps", str(steps)]
+        n, c = case.nodes, v.computation
+        args = [*c.task, "--batch-size", str(c.micro * n), "--backends", ",".join(BACKENDS), *case.placed()]
+        args += ["--emulate", c.profile, "--dilation", str(case.dilation), "--max-steps", str(c.steps)]
         args += ["--repeats", str(repeats)]
         run(["run.py", "compare", *args, "--out", str(out)])
 
@@ -224,21 +261,22 @@ def rows() -> list[dict]:
 @app.command()
 def table(out: Path = ROOT / "docs" / "projection.md") -> None:
     v = CHOSEN["variant"]
+    c = v.computation
     data = rows()
     name = next(k for k, x in VARIANTS.items() if x is v)
     flags = "" if name == "main" else f" --variant {name}"
     folders = ", ".join(f"{p.relative_to(ROOT)}/measured-nN" for p in dict.fromkeys(v.sweeps.values()))
-    rates = " and ".join(dict.fromkeys(c.rate for c in v.cases))
+    rates = " and ".join(dict.fromkeys(case.rate for case in v.cases))
     lines = [
         v.section,
         "",
         f"Produced by `python -m benchmarks.emulated_projection{flags} table` on {machine()}, from the predictions in "
         f"{v.out.relative_to(ROOT)}/predictions/ (written by `... predict`, from the commbenches in "
         f"{v.out.relative_to(ROOT)}/commbench/) and the sweeps {folders} (-kK: at dilation K, every wait K times "
-        "longer and the links K times slower, the times divided back: docs/emulation.md). MNIST's ConvNet emulated "
-        f"from `{PROFILE}` (this machine's CPU at one thread, micro-batch {MICRO}): N simulated nodes x 1 process on "
+        f"longer and the links K times slower, the times divided back: docs/emulation.md). {c.said} emulated from "
+        f"`{c.profile}` (this machine's CPU at one thread, micro-batch {c.micro}): N simulated nodes x 1 process on "
         f"per-node links of {rates}, sharing 2 cores (an emulated node computes nothing; docs/emulation.md); global "
-        f"batch {MICRO} x N. Reference: `single` x1 emulated from the same profile; commbench {v.commbench_said()}. "
+        f"batch {c.micro} x N. Reference: `single` x1 emulated from the same profile; commbench {v.commbench_said()}. "
         "Error = (predicted - measured) / measured, measured = the median samples/s over the rounds (min-max beside "
         "it).",
         "",
