@@ -5,6 +5,7 @@ into docs/faults.md.
     python -m benchmarks.faults straggler [--rounds 3] [--out docs/faults.md]   # run.py compare --fault none,slow:1:3
     python -m benchmarks.faults link [--rounds 2] [--out docs/faults.md]   # run.py compare --fault none,link-down:...
     python -m benchmarks.faults slurm [--rounds 2] [--out docs/faults.md]  # on the Slurm test cluster, started here
+    python -m benchmarks.faults back [--rounds 1] [--out docs/faults.md]   # --fault none,kill-node:1@15:60
 
 `restarts`: MNIST on 2 simulated nodes of one process each, a checkpoint (and Horovod Elastic's commit) every 10
 steps, rank 1 (node 1's) killed (`--fault kill:1@15`), node 1 lost (`--fault kill-node:1@15`: its agent too) or rank 1
@@ -21,7 +22,10 @@ links, node 1's link down after step 15 for less than the collective timeout (5 
 20`); its report's Faults section. `slurm`: on the Slurm test cluster of two nodes (scripts/slurm_test_cluster.sh,
 started and stopped here), `run.py compare --scheduler slurm --restarts 1` of the libraries that continue a job there
 with a killed rank, a lost node and a hung rank, its report's Faults section; then ddp with a node that Slurm itself
-takes down mid-run (`scontrol update NodeName=n2 State=DOWN`, in an allocation made with `--no-kill`).
+takes down mid-run (`scontrol update NodeName=n2 State=DOWN`, in an allocation made with `--no-kill`). `back`:
+`run.py compare --restarts 1` of the libraries whose agents run on every node (Horovod Elastic's taking a host back is
+not measured yet: sweep/node_return.py) on 2 simulated nodes, node 1 lost after step 15 and back 60 s later, after
+the job continued without it; its report's Faults section.
 """
 
 from __future__ import annotations
@@ -58,6 +62,11 @@ SLURM = "## On a Slurm cluster"
 SLURM_DIR = ROOT / "docs" / "results" / "faults" / "slurm"
 SLURM_LIBRARIES = ("ddp", "accelerate", "horovod", "fsdp", "deepspeed", "fabric")
 SLURM_FAULTS = "none,kill:1@15,kill-node:1@15,hang:1@15"
+BACK = "## A lost node that comes back"
+BACK_DIR = ROOT / "docs" / "results" / "faults" / "node-back"
+BACK_LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric")  # an agent on every node, started again
+# node 1 back 60 s after it went: after torchrun's agents continued without it (40-44 s), enough steps to train on
+BACK_ARGS = "--fault none,kill-node:1@15:60 --max-steps 1000 --checkpoint-every 10 --timeout-s 60"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 FAULTS_DOC = ROOT / "docs" / "faults.md"
 SweepRounds = Annotated[int, typer.Option(help="rounds of the sweep")]
@@ -240,6 +249,28 @@ def link(
         subprocess.run([sys.executable, "run.py", "compare", *args, str(sweep)], cwd=ROOT, env=child_env(), check=False)
     lines = [LINK, "", _link_head(rounds, " ".join(args), sweep.relative_to(ROOT)), "", _faults_table(sweep), ""]
     write_section(out, LINK, lines)
+    print("\n".join(lines))
+
+
+@app.command()
+def back(
+    rounds: SweepRounds = 1,
+    out: Document = FAULTS_DOC,
+) -> None:
+    sweep = BACK_DIR
+    args = ["--backends", ",".join(BACK_LIBRARIES), "--nodes", "2", "--nprocs", "1", "--restarts", "1"]
+    args += [*BACK_ARGS.split(), "--dropout", "0", "--run-timeout-s", "400", "--repeats", str(rounds), "--out"]
+    if not (sweep / "results.jsonl").is_file():
+        subprocess.run([sys.executable, "run.py", "compare", *args, str(sweep)], cwd=ROOT, env=child_env(), check=False)
+    where = sweep.relative_to(ROOT)
+    head = (
+        f"Produced by `python -m benchmarks.faults back --rounds {rounds}` on {machine()}: `run.py compare "
+        f"{' '.join(args)} {where}` (its report: {where}/report.md): MNIST on 2 simulated nodes of one process, node 1 "
+        "lost after step 15 (its agent and worker killed) and started again 60 s later, each library ready to "
+        "continue as its users run it; the Faults section of its report:"
+    )
+    lines = [BACK, "", head, "", _faults_table(sweep), ""]
+    write_section(out, BACK, lines)
     print("\n".join(lines))
 
 

@@ -64,13 +64,14 @@ class Check:
 # --fault's values (the injection and what a fault cost: training/faults.py)
 NO_FAULT = "none"
 FAULT_FORMS = (
-    "none, kill:RANK@STEP, kill-node:NODE@STEP, hang:RANK@STEP, slow:RANK:FACTOR (FACTOR above 1) or "
+    "none, kill:RANK@STEP, kill-node:NODE@STEP[:BACK], hang:RANK@STEP, slow:RANK:FACTOR (FACTOR above 1) or "
     "link-down:NODE@STEP:SECONDS"
 )
 NODE_FAULTS = ("kill-node", "link-down")  # a fault of a node (every process of it, or its link), not of one rank
 _AT_STEP = re.compile(r"(kill|kill-node|hang):(\d+)@(\d+)")
 _SLOW = re.compile(r"slow:(\d+):(\d+(?:\.\d+)?)")
 _LINK_DOWN = re.compile(r"link-down:(\d+)@(\d+):(\d+(?:\.\d+)?)")
+_NODE_BACK = re.compile(r"kill-node:(\d+)@(\d+):(\d+(?:\.\d+)?)")  # a lost node that comes back BACK s later
 
 
 @dataclass(frozen=True)
@@ -81,11 +82,16 @@ class Fault:
     rank: int  # the rank it happens on; kill-node, link-down (NODE_FAULTS): the node
     step: int = 0  # kill, kill-node, hang, link-down: after this global step
     factor: float = 1.0  # slow: how much longer the rank computes
-    seconds: float = 0.0  # link-down: how long the node's link stays down
+    seconds: float = 0.0  # link-down: how long the node's link stays down; kill-node: when it comes back (0: never)
 
     @property
     def of_node(self) -> bool:
         return self.kind in NODE_FAULTS
+
+    @property
+    def returns(self) -> bool:
+        """A lost node that comes back (kill-node:NODE@STEP:BACK): the job may grow again."""
+        return self.kind == "kill-node" and self.seconds > 0
 
     def beyond(self, text: str, nodes: int) -> str | None:
         """Why this fault (`text`, as given) names a node that a job of `nodes` nodes lacks; None where it does not."""
@@ -104,6 +110,8 @@ def parse_fault(text: str | None) -> Fault | None:
         return Fault("slow", int(m[1]), factor=float(m[2]))
     if (m := _LINK_DOWN.fullmatch(text)) and int(m[2]) >= 1 and float(m[3]) > 0:
         return Fault("link-down", int(m[1]), step=int(m[2]), seconds=float(m[3]))
+    if (m := _NODE_BACK.fullmatch(text)) and int(m[2]) >= 1 and float(m[3]) > 0:
+        return Fault("kill-node", int(m[1]), step=int(m[2]), seconds=float(m[3]))
     raise ValueError(text)
 
 
@@ -264,7 +272,8 @@ class RunConfig:
     fault: str = option(
         NO_FAULT,
         "Inject a fault, once per run (training/faults.py): kill:RANK@STEP (the rank SIGKILLs itself after that "
-        "step), kill-node:NODE@STEP (every process of the node, its launcher's agent too), hang:RANK@STEP (it stops "
+        "step), kill-node:NODE@STEP[:BACK] (every process of the node, its launcher's agent too; with BACK, the node "
+        "comes back BACK seconds later: compare --restarts starts it again), hang:RANK@STEP (it stops "
         "at that step, alive: only --timeout-s tells the others), slow:RANK:FACTOR "
         "(a straggler, computing FACTOR times as long), link-down:NODE@STEP:SECONDS (the node's link down after "
         "that step, up again SECONDS later: per-node links only). With --checkpoint-dir, the record says what it "

@@ -32,6 +32,11 @@ FABRIC = "fabric run"  # Lightning Fabric's own launcher (lightning_fabric.cli: 
 
 LOOPBACK = "127.0.0.1"
 
+# a lost node that comes back (--fault kill-node:NODE@STEP:BACK, sweep/node_return.py): the job's executor starts it
+# again (told to every process of the job), and the node's agent started again (told to it, so to its workers)
+NODE_RETURNS_ENV = "DISTBENCH_NODE_RETURNS"
+NODE_RETURNED_ENV = "DISTBENCH_NODE_RETURNED"
+
 
 def free_port() -> int:
     """A TCP port free on loopback now (a launcher binds it a moment later)."""

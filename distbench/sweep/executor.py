@@ -42,6 +42,7 @@ from distbench.machine import available_cpus
 from distbench.process import LOOPBACK
 from distbench.records import read_records
 from distbench.sweep.configuration import SweepConfig
+from distbench.sweep.node_return import NodeReturn, node_return, return_error, returned_env
 
 SCHEDULERS = ("local", "slurm")
 
@@ -68,6 +69,7 @@ class Started:
     shown: str
     stop: Callable[[], None] | None = None
     continues: bool = False  # its launchers continue without a node that is lost (compare --restarts): wait_all
+    back: NodeReturn | None = None  # its lost node, started again (--fault kill-node:NODE@STEP:BACK)
 
 
 class Executor(ABC):
@@ -105,7 +107,9 @@ class Executor(ABC):
         `log`, stopped past `timeout_s`: its record, or a failure record whose last line is the cause; either with
         the command that started it."""
         with self.start(config, args, program) as started:
-            record = run_one(started.commands, out_json, timeout_s, log, started.env, started.stop, started.continues)
+            record = run_one(
+                started.commands, out_json, timeout_s, log, started.env, started.stop, started.continues, started.back
+            )
         record["command"] = started.shown
         return self.add_facts(record, config)
 
@@ -189,8 +193,12 @@ class LocalExecutor(Executor):
         for c in configs:
             if (error := link_error(c)) is not None:
                 raise UserError(error)
-            if self.restarts and c.backend in DISTRIBUTED:
-                check_continues(restarting_launcher(c.backend, self.restarts), c.nodes)
+            distributed = self.restarts and c.backend in DISTRIBUTED
+            continuing = restarting_launcher(c.backend, self.restarts) if distributed else None
+            if continuing is not None:
+                check_continues(continuing, c.nodes)
+            if (error := return_error(c.fault, continuing)) is not None:
+                raise UserError(error)
             if c.nodes > 1:
                 topology.SimulatedNodes.split(c.nodes, shared=emulated)  # a core per node that computes
                 launcher = usual_launcher(c.backend)
@@ -246,9 +254,12 @@ class LocalExecutor(Executor):
         with self.links(config) as net:
             restarts = self.restarts if config.backend in DISTRIBUTED else 0
             launch = launch_config(config.backend, config.world_size, config.nodes, args, program, net, restarts)
-            shown = launch.shell()
+            commands, env = [resolve(c) for c in launch.commands], launch.env
+            back = node_return(config.fault, commands) if restarts else None  # checked: LocalExecutor.check
+            env = returned_env(env) if back is not None else env
+            shown = topology.NodeLaunch(launch.commands, env).shell()
             try:
-                yield Started([resolve(c) for c in launch.commands], launch.env, shown, continues=restarts > 0)
+                yield Started(commands, env, shown, continues=restarts > 0, back=back)
             finally:
                 topology.discarded(launch.env)
 
@@ -294,18 +305,27 @@ def kill_group(proc: subprocess.Popen) -> None:
 PEER_GRACE_S = 30  # after one agent of a multi-node run fails, how long the others get to fail on their own
 
 
-def wait_all(procs: list[subprocess.Popen], timeout_s: float, continues: bool = False) -> int:
+def wait_all(
+    procs: list[subprocess.Popen], timeout_s: float, continues: bool = False, back: Returning | None = None
+) -> int:
     """Wait for every process; the first non-zero exit code, or 0. A process that outlives a failed peer by
     PEER_GRACE_S (an agent waiting at a rendezvous that will never complete) is stopped. `continues`: the launchers
     continue without a lost node (torchrun's --nnodes 1:N, Horovod Elastic): a launcher killed with its node
-    (SIGKILL, --fault kill-node) is not the job's failure, and the others get until the timeout."""
-    deadline, failed_at = time.monotonic() + timeout_s, None
+    (SIGKILL, --fault kill-node) is not the job's failure, and the others get until the timeout. `back`: the lost
+    node started again (its agent added to `procs`); once the job's first agents have ended, it has PEER_GRACE_S to
+    end and its exit code is not the job's (one that came back after the job ended would wait at its rendezvous for
+    ever; the record, written or not, says whether the job succeeded)."""
+    deadline, failed_at, first, late = time.monotonic() + timeout_s, None, len(procs), False
     # a launcher killed with its node: here, by SIGKILL; srun's step, whose task was: 128 + SIGKILL
     lost = (-signal.SIGKILL, 128 + signal.SIGKILL) if continues else ()
     while True:
+        if back is not None:
+            back.node.poll(procs, back.start)
         codes = [p.poll() for p in procs]
         if all(c is not None for c in codes):
-            return next((c for c in codes if c != 0 and c not in lost), 0)
+            return next((c for c in (codes[:first] if late else codes) if c != 0 and c not in lost), 0)
+        if not late and len(procs) > first and all(c is not None for c in codes[:first]):
+            late, failed_at = True, time.monotonic()  # the job's first agents are done: the node back may end too
         if failed_at is None and not continues and any(c not in (None, 0) for c in codes):
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > PEER_GRACE_S:
@@ -315,6 +335,14 @@ def wait_all(procs: list[subprocess.Popen], timeout_s: float, continues: bool = 
         if time.monotonic() > deadline:
             raise subprocess.TimeoutExpired([p.args for p in procs], timeout_s)
         time.sleep(0.05)
+
+
+@dataclass(frozen=True)
+class Returning:
+    """A lost node's return (`NodeReturn`) as wait_all carries it out: how to start the node's agent again."""
+
+    node: NodeReturn
+    start: Callable[[list[str], dict], subprocess.Popen]
 
 
 def _stop(procs: list[subprocess.Popen], stop) -> None:
@@ -332,31 +360,34 @@ def run_one(
     env: dict[str, str] | None = None,
     stop=None,
     continues: bool = False,
+    back: NodeReturn | None = None,
 ) -> dict:
     """Run one configuration's launcher commands (several: one agent per simulated node) together, with `env`
     added; returns the results record plus `status` and timings, or a failure record. `stop`: what else ends the
     run's processes on a timeout or Ctrl-C, beyond their process groups here (a scheduler's step); `continues`:
-    the launchers continue without a lost node (wait_all)."""
+    the launchers continue without a lost node (wait_all); `back`: the lost node that comes back, started again."""
     started = time.time()
     with open(log_path, "w", encoding="utf-8") as log:
+
+        def start(cmd: list[str], added: dict | None = None) -> subprocess.Popen:
+            return subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                text=True,
+                env={**os.environ, **(env or {}), **(added or {})},
+            )
+
         procs = []
         try:
             for cmd in cmds:
-                procs.append(
-                    subprocess.Popen(
-                        cmd,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                        text=True,
-                        env={**os.environ, **(env or {})},
-                    )
-                )
+                procs.append(start(cmd))
         except OSError as e:  # a launcher that is not installed here (a package without its command's script)
             _stop(procs, stop)
             return {"status": "failed", "error": f"cannot start {cmd[0]}: {e.strerror}", "elapsed_s": 0.0}
         try:
-            rc = wait_all(procs, timeout_s, continues)
+            rc = wait_all(procs, timeout_s, continues, Returning(back, start) if back is not None else None)
         except subprocess.TimeoutExpired:
             _stop(procs, stop)
             # the cause last, as in every failure record: what the log said before, then why it ended

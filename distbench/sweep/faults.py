@@ -19,7 +19,7 @@ from distbench.sweep.stats import Summary
 
 COLUMNS = (
     "| configuration | fault | continued | job ended after (s) | first noticed (s) | restarted (s) | recovered (s) "
-    "| steps redone | step time vs without | goodput vs without |"
+    "| steps redone | regrown (s) | step time vs without | goodput vs without |"
 )
 
 
@@ -36,7 +36,9 @@ def fault_lines(configs: list[Config]) -> list[str]:
         "rounds: how many runs the library continued past the fault; for those it did not, how long until the job "
         "ended; for those it did, from the fault: when a survivor's collective first failed, when the launcher had "
         "the group running again, when it completed its next step, and the steps trained again (from the last "
-        "checkpoint, or Horovod Elastic's last commit; `xN after`: it continued with N ranks); then, paired within "
+        "checkpoint, or Horovod Elastic's last commit; `xN after`: it continued with N ranks; `x2 > x1 > x2`: the "
+        "sizes it ran at in turn, where the lost node came back; regrown: from the node's return to the first step "
+        "at the launched size); then, paired within "
         f"rounds ({stats.CI} where there are enough), the median step time and the "
         "whole run's useful samples per second of wall time (goodput), each over the run without the fault.",
         "",
@@ -68,13 +70,17 @@ def _row(c: Config, free: Config | None) -> str:
 
 
 def _shrunk(c: Config) -> str:
-    """Where the library continued with fewer ranks (Horovod Elastic drops the failed worker's host): how many."""
+    """Where the library continued with fewer ranks (Horovod Elastic drops the failed worker's host): how many; where
+    a lost node came back (kill-node:NODE@STEP:BACK), the sizes the job ran at in turn."""
+    paths = sorted({tuple(p) for r in c.ok if len(set(p := field_value(r, "fault.world_sizes") or ())) > 1})
+    if paths:
+        return f" ({', '.join('x' + ' > x'.join(map(str, p)) for p in paths)})"
     after = sorted({a for r in c.ok if (a := field_value(r, "fault.world_size_after")) is not None})
     shrunk = [a for a in after if a != c.config.world_size]
     return f" (x{'/'.join(map(str, shrunk))} after)" if shrunk else ""
 
 
-_COSTS = ("first_noticed_s", "restarted_s", "recovered_s", "steps_redone")
+_COSTS = ("first_noticed_s", "restarted_s", "recovered_s", "steps_redone", "regrown_s")
 
 
 def _step_time(r: dict) -> float | None:

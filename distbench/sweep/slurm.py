@@ -75,6 +75,11 @@ class SlurmExecutor(Executor):
                     f"--fault {c.fault} takes down a simulated node's link on this machine; under --scheduler slurm "
                     "the nodes are the cluster's, whose network distbench does not touch"
                 )
+            if fault is not None and fault.returns:
+                raise UserError(
+                    f"--fault {c.fault} starts a simulated node again; under --scheduler slurm a node comes back when "
+                    "Slurm resumes it (scontrol update NodeName=... State=RESUME): give kill-node without a return"
+                )
 
     def node_cores(self) -> list[list[int]]:
         """The cores a task of each node may use, in node order (one probe step over the whole allocation)."""

@@ -7,6 +7,8 @@ launcher that restarts the worker group (torchrun's agent with --max-restarts) r
   process: its sockets close, and the other ranks' next collective fails at once;
 - `kill-node:NODE@STEP`: every process of the node does, its launcher's agent first (torchrun's, which would
   otherwise restart them there), as a lost machine: the job continues only without the node;
+  `kill-node:NODE@STEP:BACK`: the same, and BACK seconds later the node comes back, its agent started again by the
+  job's executor (compare --restarts: sweep/node_return.py), as a repaired machine: the job may grow again;
 - `hang:RANK@STEP`: the rank stops issuing collectives after that step and sleeps, alive and holding its sockets, as
   a wedged device leaves a process: only a collective timeout (`--timeout-s`) tells the others;
 - `slow:RANK:FACTOR`: a straggler: after each step's forward and backward the rank waits FACTOR - 1 times as long
@@ -36,7 +38,7 @@ from pathlib import Path
 from distbench.config import NO_FAULT, parse_fault
 from distbench.errors import UserError
 from distbench.launching import netns, topology
-from distbench.process import ACCELERATE, DEEPSPEED, FABRIC, TORCHRUN
+from distbench.process import ACCELERATE, DEEPSPEED, FABRIC, NODE_RETURNED_ENV, NODE_RETURNS_ENV, TORCHRUN
 from distbench.records import to_json
 from distbench.training.timer import process_start_unix
 
@@ -152,6 +154,12 @@ class Injector:
         )
 
 
+def job_restarts(restart_count: int) -> int:
+    """This process's attempt of the job, from its agent's restart count: on a node that came back (its agent started
+    again: sweep/node_return.py) at least 1, since its agent counts from 0 and its workers join a job under way."""
+    return max(restart_count, 1) if os.environ.get(NODE_RETURNED_ENV) == "1" else restart_count
+
+
 def _mine(fault, rank: int, node: int, local_rank: int) -> bool:
     """Whether the process of `rank` (`local_rank` on `node`) meets `fault`: a link-down on its node's first process,
     a kill-node on every process of the node, the others on their rank."""
@@ -168,6 +176,11 @@ def check_here(text: str | None, place, events: Events, restart_count: int) -> b
     fault = parse_fault(text)
     if fault is not None and fault.of_node and not met:
         _check_node(text, fault, place.nodes if place is not None else 1)
+    if fault is not None and fault.returns and os.environ.get(NODE_RETURNS_ENV) != "1":
+        raise UserError(
+            f"--fault {text}: the node comes back when compare --restarts N starts it again, as a "
+            "cluster does a repaired machine; a launch of its own cannot: give kill-node without a return"
+        )
     return met
 
 
@@ -284,8 +297,8 @@ def costs(text: str | None, events: list[dict], now: float, samples: int, kept: 
     if fault is None:
         return unplanned(events, now, samples) if kept else None
     said = {"spec": text, "kind": fault.kind, "rank": fault.rank, "step": fault.step or None, "factor": fault.factor}
-    if fault.kind == "link-down":
-        said["seconds"] = fault.seconds
+    if fault.kind == "link-down" or fault.returns:
+        said["seconds"] = fault.seconds  # down for, or back after
     if fault.kind == "slow":  # every step of the run: what it cost is the step time against a run without it
         return {**said, "met": True}
     if not kept:
@@ -309,6 +322,21 @@ def costs(text: str | None, events: list[dict], now: float, samples: int, kept: 
         "recovered_s": firsts[0] - t if firsts else None,
         "steps_redone": met["step"] - after[0]["resumed_from"] if after else (0 if firsts else None),  # rode it out
         "attempts": len(attempts),
+        **(regrown(attempts, events, t + fault.seconds) if fault.returns else {}),
         "run_wall_s": wall,
         "goodput_samples_per_sec": samples / wall if wall > 0 else None,
+    }
+
+
+def regrown(attempts: list[dict], events: list[dict], back: float) -> dict:
+    """A lost node's return (kill-node:NODE@STEP:BACK), from the time it came back (`back`): each attempt's world
+    size in order (the job's path: 2, 1, 2 where it shrank and grew again), and when the first attempt at the
+    launched size after the node's return completed its first step (None: the job did not grow again)."""
+    full = attempts[0]["world_size"]
+    grown = next((a for a in attempts if a["started"] > back and a["world_size"] == full), None)
+    firsts = sorted(e["t"] for e in events if e["event"] == "first_step" and grown and e["t"] > grown["started"])
+    return {
+        "world_sizes": [a["world_size"] for a in attempts],
+        "regrown_s": firsts[0] - back if firsts else None,  # from the node's return to the first step at full size
+        "regrown_from": grown["resumed_from"] if grown else None,  # the step the grown job resumed from
     }

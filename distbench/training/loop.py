@@ -201,9 +201,8 @@ class Trainer:
         self.first_micro_batch = None  # its shapes: what the model's FLOPs are counted on (training/flops.py)
         self.events = faults.Events(cfg.checkpoint_dir)
         on_cpu = backend.device.type == "cpu" and not hasattr(task, "emulation")  # computed here: a straggler's clock
-        self.injector = faults.Injector(
-            cfg.fault, backend.rank, backend.launch.restart_count, self.events, on_cpu, backend.launch
-        )
+        attempt = faults.job_restarts(backend.launch.restart_count)
+        self.injector = faults.Injector(cfg.fault, backend.rank, attempt, self.events, on_cpu, backend.launch)
         self.watchdog = faults.Watchdog(cfg.timeout_s + faults.WATCHDOG_GRACE_S, backend.rank, self.events)
         self.commit_every = cfg.commit_every or cfg.checkpoint_every  # Horovod Elastic's rollback point
         self.attempts = 0  # of the loop in this process: more than one after an elastic library's rollback
@@ -292,7 +291,7 @@ class Trainer:
     def launched(self) -> tuple[int, int]:
         """The world and nodes the run was launched with (training/faults.launched)."""
         launch = self.backend.launch
-        continued = launch.restart_count > 0 or self.attempts > 1
+        continued = faults.job_restarts(launch.restart_count) > 0 or self.attempts > 1
         return faults.launched(self.events.read(), launch.world_size, launch.nodes, continued)
 
     def fault_costs(self) -> dict | None:

@@ -93,3 +93,43 @@ def test_a_node_lost_on_purpose_is_not_the_failure_of_a_job_that_continues():
     assert wait_all(job(), 30) == -9
     failed = [subprocess.Popen(["sh", "-c", "exit 3"]), subprocess.Popen(["sh", "-c", "sleep 0.5"])]
     assert wait_all(failed, 30, continues=True) == 3
+
+
+def test_a_lost_node_comes_back_as_its_agent_started_again(tmp_path, monkeypatch):
+    """kill-node:NODE@STEP:BACK: wait_all starts the node's agent again BACK s after it was killed (SIGKILL), with
+    NODE_RETURNED_ENV; one that outlives the job's first agents is stopped after PEER_GRACE_S, its exit code not the
+    job's. The return needs a launcher that continues and has an agent per node: else one line, before any run."""
+    import subprocess
+
+    from distbench.launching.commands import restarting_launcher
+    from distbench.sweep import executor
+    from distbench.sweep.node_return import node_return, return_error
+
+    back = tmp_path / "back"
+    agent = f'if [ "$DISTBENCH_NODE_RETURNED" = 1 ]; then touch {back}; sleep "$1"; else kill -9 $$; fi'
+    node = node_return("kill-node:1@5:0.3", [["true"], ["sh", "-c", agent, "sh", "0.2"]])
+    procs = [subprocess.Popen(["sh", "-c", "sleep 1.5"])]
+    procs.append(subprocess.Popen(node.command))
+    started = time.monotonic()
+    assert executor.wait_all(procs, 30, continues=True, back=executor.Returning(node, _start)) == 0
+    assert back.exists() and len(procs) == 3 and procs[2].returncode == 0 and node.gone_at - started < 0.5
+    # a node back after the job's other agents ended is stopped after PEER_GRACE_S, and the job has not failed
+    monkeypatch.setattr(executor, "PEER_GRACE_S", 0.5)
+    node = node_return("kill-node:1@5:0.1", [["true"], ["sh", "-c", agent, "sh", "60"]])
+    procs = [subprocess.Popen(["sh", "-c", "sleep 0.5"]), subprocess.Popen(node.command)]
+    assert executor.wait_all(procs, 30, continues=True, back=executor.Returning(node, _start)) == 0
+    assert procs[2].returncode == -15
+    assert node_return("kill-node:1@5", [["true"], ["true"]]) is None
+    assert "give --restarts N" in return_error("kill-node:1@5:30", None)
+    assert "Horovod Elastic taking a host back is not measured yet" in return_error(
+        "kill-node:1@5:30", restarting_launcher("horovod", 1)
+    )
+    assert return_error("kill-node:1@5:30", restarting_launcher("ddp", 1)) is None
+    assert return_error("kill:1@5", None) is None
+
+
+def _start(cmd, added):
+    import os
+    import subprocess
+
+    return subprocess.Popen(cmd, env={**os.environ, **added}, start_new_session=True)

@@ -17,6 +17,7 @@ from distbench.training import faults
         ("kill:1@15", Fault("kill", 1, step=15)),
         ("hang:0@3", Fault("hang", 0, step=3)),
         ("kill-node:1@4", Fault("kill-node", 1, step=4)),
+        ("kill-node:1@4:30", Fault("kill-node", 1, step=4, seconds=30.0)),  # back 30 s later
         ("slow:1:2.5", Fault("slow", 1, factor=2.5)),
         ("link-down:1@10:5", Fault("link-down", 1, step=10, seconds=5.0)),
         ("link-down:0@3:0.5", Fault("link-down", 0, step=3, seconds=0.5)),
@@ -24,15 +25,28 @@ from distbench.training import faults
 )
 def test_each_form_parses(text, fault):
     assert parse_fault(text) == fault
+    assert (fault is not None and fault.returns) == (text == "kill-node:1@4:30")
 
 
 @pytest.mark.parametrize(
     "text",
-    ["kill:1", "kill:1@0", "slow:1:1", "slow:1:0.5", "crash:1@3", "kill:-1@3", "", "link-down:1@3", "link-down:1@3:0"],
+    [
+        "kill:1",
+        "kill:1@0",
+        "slow:1:1",
+        "slow:1:0.5",
+        "crash:1@3",
+        "kill:-1@3",
+        "",
+        "link-down:1@3",
+        "link-down:1@3:0",
+        "kill-node:1@3:0",
+        "kill:1@3:30",
+    ],
 )
 def test_a_fault_of_no_form_is_one_line_naming_the_forms(text):
-    forms = r"none, kill:RANK@STEP, kill-node:NODE@STEP, hang:RANK@STEP, slow:RANK:FACTOR \(FACTOR above 1\) or link"
-    with pytest.raises(UserError, match=rf"^--fault must be {forms}-down:NODE@STEP:SECONDS, got"):
+    forms = r"none, kill:RANK@STEP, kill-node:NODE@STEP\[:BACK\], hang:RANK@STEP, slow:RANK:FACTOR \(FACTOR above 1\)"
+    with pytest.raises(UserError, match=rf"^--fault must be {forms} or link-down:NODE@STEP:SECONDS, got"):
         validate(RunConfig(fault=text, output="/tmp/never/r.json"), 2)
 
 
@@ -57,6 +71,25 @@ def test_a_node_fault_falls_on_every_process_of_its_node_once(tmp_path):
         faults.Injector("kill-node:2@5", 0, 0, events, place=place(0, 0))
     events.add("fault", kind="kill-node", rank=1, step=5)
     assert faults.Injector("kill-node:1@5", 0, 1, events, place=place(0, 0, nodes=1)).fault is None
+
+
+def test_a_node_that_comes_back_is_its_executors_and_joins_a_later_attempt(tmp_path, monkeypatch):
+    """kill-node:NODE@STEP:BACK: the node comes back when the job's executor starts it again (compare --restarts:
+    NODE_RETURNS_ENV); a launch of its own cannot, one line. A node that came back (NODE_RETURNED_ENV) joins a later
+    attempt of the job, although its agent counts from 0: the fault is met, and not met again."""
+    from distbench.process import NODE_RETURNED_ENV, NODE_RETURNS_ENV, LaunchEnv
+
+    events, place = faults.Events(tmp_path), LaunchEnv("torchrun", 1, 0, 2, 1, node_rank=1, nodes=2)
+    monkeypatch.delenv(NODE_RETURNS_ENV, raising=False)
+    with pytest.raises(UserError, match=r"^--fault kill-node:1@5:30: the node comes back when compare --restarts N "):
+        faults.Injector("kill-node:1@5:30", 1, 0, events, place=place)
+    monkeypatch.setenv(NODE_RETURNS_ENV, "1")
+    assert faults.Injector("kill-node:1@5:30", 1, 0, events, place=place).fault == parse_fault("kill-node:1@5:30")
+    assert faults.job_restarts(0) == 0 and faults.job_restarts(2) == 2
+    monkeypatch.setenv(NODE_RETURNED_ENV, "1")
+    assert faults.job_restarts(0) == 1 and faults.job_restarts(2) == 2
+    no_events = faults.Events(None)  # without a checkpoint folder, the restart count says it was met
+    assert faults.Injector("kill-node:1@5:30", 1, faults.job_restarts(0), no_events, place=place).fault is None
 
 
 def test_a_link_down_falls_on_its_nodes_first_process_where_the_node_has_a_link_of_its_own(tmp_path, monkeypatch):
@@ -158,6 +191,29 @@ def test_what_a_kill_cost_comes_from_the_events():
     assert faults.costs("kill:1@15", [], now=110.0, samples=1, kept=False)["met"] is None
 
 
+def test_what_a_lost_node_that_came_back_cost_comes_from_the_events():
+    """kill-node:1@15:30: shrunk to one node from the step-10 checkpoint, then, 30 s after the fault, grown back to
+    two from the step-40 one: the sizes in turn, and from the node's return to the first step at two."""
+    events = [
+        {"event": "attempt", "t": 100.5, "started": 100.0, "restart": 0, "resumed_from": 0, "world_size": 2},
+        {"event": "first_step", "t": 101.0, "restart": 0, "step": 1},
+        {"event": "fault", "t": 103.0, "kind": "kill-node", "rank": 1, "step": 15},
+        {"event": "noticed", "t": 103.2, "rank": 0, "restart": 0, "error": "DistBackendError"},
+        {"event": "attempt", "t": 146.0, "started": 144.0, "restart": 1, "resumed_from": 10, "world_size": 1},
+        {"event": "first_step", "t": 147.0, "restart": 1, "step": 11},
+        {"event": "attempt", "t": 139.0, "started": 138.0, "restart": 1, "resumed_from": 40, "world_size": 2},
+        {"event": "first_step", "t": 141.5, "restart": 1, "step": 41},
+    ]
+    events[6:] = [{**e, "t": e["t"] + 20, **({"started": 158.0} if "started" in e else {})} for e in events[6:]]
+    cost = faults.costs("kill-node:1@15:30", events, now=170.0, samples=1920)
+    assert (cost["seconds"], cost["attempts"], cost["steps_redone"], cost["world_sizes"]) == (30.0, 3, 5, [2, 1, 2])
+    assert cost["regrown_from"] == 40 and cost["regrown_s"] == pytest.approx(161.5 - 133.0)
+    assert cost["recovered_s"] == pytest.approx(44.0)  # the first step after the fault: at one node
+    never = faults.costs("kill-node:1@15:30", events[:6], now=170.0, samples=1920)  # the job ended before
+    assert (never["world_sizes"], never["regrown_s"], never["regrown_from"]) == ([2, 1], None, None)
+    assert "world_sizes" not in faults.costs("kill-node:1@15", events[:6], now=170.0, samples=1920)
+
+
 def test_the_report_pairs_each_faulted_configuration_with_the_same_one_without_it(tmp_path):
     """A straggler's runs (step time 3x), runs killed and continued (with their costs) and runs killed and not
     continued, each against ddp x2 without a fault, over 5 rounds: the Faults section's rows."""
@@ -176,16 +232,20 @@ def test_the_report_pairs_each_faulted_configuration_with_the_same_one_without_i
         records += [run("none", rnd), run("slow:1:3", rnd, step_ms=30.0 + rnd / 10)]
         records += [run("kill:1@15", rnd, fault={**cost, "goodput_samples_per_sec": 192.0})]  # 60 x 64 / 10 s: 384
         records += [run("hang:1@15", rnd, status="failed", elapsed_s=40.0 + rnd)]
+        grown = {**cost, "goodput_samples_per_sec": 192.0, "world_sizes": [2, 1, 2], "regrown_s": 28.5}
+        records += [run("kill-node:1@15:30", rnd, fault=grown)]
     with open(tmp_path / "results.jsonl", "w") as f:
         f.writelines(faults.to_json(r) + "\n" for r in records)
     text = write_report([tmp_path], tmp_path)
     section = text.split("## Faults")[1].split("\n## ")[0]
     rows = {line.split(" | ")[1]: line for line in section.splitlines() if line.startswith("| ddp")}
     print(section)
-    assert set(rows) == {"`slow:1:3`", "`kill:1@15`", "`hang:1@15`"}
-    assert "| 5 of 5 | — | — | — | — | — | 3.03x (3.01-3.05) | 1.00x (1.00-1.00) |" in rows["`slow:1:3`"]
-    assert "| 5 of 5 | — | 0.1 | 0.2 | 4.0 | 5.0 | 1.00x (1.00-1.00) | 0.50x (0.50-0.50) |" in rows["`kill:1@15`"]
-    assert "| 0 of 5 | 43.0 | — | — | — | — | — | — |" in rows["`hang:1@15`"]
+    assert set(rows) == {"`slow:1:3`", "`kill:1@15`", "`hang:1@15`", "`kill-node:1@15:30`"}
+    assert "| 5 of 5 | — | — | — | — | — | — | 3.03x (3.01-3.05) | 1.00x (1.00-1.00) |" in rows["`slow:1:3`"]
+    assert "| 5 of 5 | — | 0.1 | 0.2 | 4.0 | 5.0 | — | 1.00x (1.00-1.00) | 0.50x (0.50-0.50) |" in rows["`kill:1@15`"]
+    assert "| 0 of 5 | 43.0 | — | — | — | — | — | — | — |" in rows["`hang:1@15`"]
+    back = "| 5 of 5 (x2 > x1 > x2) | — | 0.1 | 0.2 | 4.0 | 5.0 | 28.5 | 1.00x (1.00-1.00) | 0.50x (0.50-0.50) |"
+    assert back in rows["`kill-node:1@15:30`"]
 
 
 WATCHED = """

@@ -98,6 +98,10 @@ def test_the_launchers_that_continue_a_job_have_their_slurm_form():
         SlurmExecutor("srun", alloc=ALLOC, restarts=1).check(
             [SweepConfig(task="mnist", backend="ddp", world_size=2, threads=1, nodes=2)]
         )
+    with pytest.raises(UserError, match=r"^--fault kill-node:1@15:60 starts a simulated node again; under --sched"):
+        executor.check(
+            [SweepConfig(task="mnist", backend="ddp", world_size=2, threads=1, nodes=2, fault="kill-node:1@15:60")]
+        )
 
 
 def test_horovod_hosts_on_one_machine_and_an_allocation_too_small():
