@@ -65,8 +65,9 @@ SLURM_FAULTS = "none,kill:1@15,kill-node:1@15,hang:1@15"
 BACK = "## A lost node that comes back"
 BACK_DIR = ROOT / "docs" / "results" / "faults" / "node-back"
 BACK_LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric")  # an agent on every node, started again
-# node 1 back 60 s after it went: after torchrun's agents continued without it (40-44 s), enough steps to train on
-BACK_ARGS = "--fault none,kill-node:1@15:60 --max-steps 1000 --checkpoint-every 10 --timeout-s 60"
+# node 1 back 60 s after it went: after torchrun's agents continued without it (41-44 s); steps of 128 samples, enough
+# of them (epochs that do not end the run first) to train on alone for a while and together again after
+BACK_ARGS = "--fault none,kill-node:1@15:60 --batch-size 128 --epochs 100 --max-steps 1000 --checkpoint-every 10"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 FAULTS_DOC = ROOT / "docs" / "faults.md"
 SweepRounds = Annotated[int, typer.Option(help="rounds of the sweep")]
@@ -219,21 +220,14 @@ def straggler(
     rounds: SweepRounds = 3,
     out: Document = FAULTS_DOC,
 ) -> None:
-    sweep = STRAGGLER_DIR
-    if not (sweep / "results.jsonl").is_file():
-        cmd = ["run.py", "compare", "--backends", ",".join(LIBRARIES), "--nprocs", "2", "--fault", "none,slow:1:3"]
-        cmd += ["--max-steps", "40", "--dropout", "0", "--repeats", str(rounds), "--out", str(sweep)]
-        subprocess.run([sys.executable, *cmd], cwd=ROOT, env=child_env(), check=False)
-    table = _faults_table(sweep)
-    where = sweep.relative_to(ROOT)
+    args = ["--backends", ",".join(LIBRARIES), "--nprocs", "2", "--fault", "none,slow:1:3", "--max-steps", "40"]
+    args += ["--dropout", "0", "--repeats", str(rounds)]
+    where = _swept(STRAGGLER_DIR, args)
     head = (
         f"Produced by `python -m benchmarks.faults straggler --rounds {rounds}` on {machine()}: `run.py compare "
-        f"--backends {','.join(LIBRARIES)} --nprocs 2 --fault none,slow:1:3 --max-steps 40 --dropout 0 --repeats "
-        f"{rounds} --out {where}` (its report: {where}/report.md), the Faults section of its report:"
+        f"{' '.join(args)} --out {where}` (its report: {where}/report.md), the Faults section of its report:"
     )
-    lines = [STRAGGLER, "", head, "", table, ""]
-    write_section(out, STRAGGLER, lines)
-    print("\n".join(lines))
+    _faults_section(out, STRAGGLER, head, STRAGGLER_DIR)
 
 
 @app.command()
@@ -241,15 +235,11 @@ def link(
     rounds: SweepRounds = 2,
     out: Document = FAULTS_DOC,
 ) -> None:
-    sweep = LINK_DIR
     args = ["--backends", ",".join(LIBRARIES), "--nodes", "2", "--nprocs", "1", "--link-mode", "per-node"]
     args += ["--restarts", "1", "--fault", LINK_FAULTS, "--timeout-s", str(HANG_TIMEOUT_S), "--max-steps", "30"]
-    args += ["--checkpoint-every", "10", "--dropout", "0", "--repeats", str(rounds), "--out"]
-    if not (sweep / "results.jsonl").is_file():
-        subprocess.run([sys.executable, "run.py", "compare", *args, str(sweep)], cwd=ROOT, env=child_env(), check=False)
-    lines = [LINK, "", _link_head(rounds, " ".join(args), sweep.relative_to(ROOT)), "", _faults_table(sweep), ""]
-    write_section(out, LINK, lines)
-    print("\n".join(lines))
+    args += ["--checkpoint-every", "10", "--dropout", "0", "--repeats", str(rounds)]
+    where = _swept(LINK_DIR, args)
+    _faults_section(out, LINK, _link_head(rounds, " ".join([*args, "--out"]), where), LINK_DIR)
 
 
 @app.command()
@@ -257,20 +247,31 @@ def back(
     rounds: SweepRounds = 1,
     out: Document = FAULTS_DOC,
 ) -> None:
-    sweep = BACK_DIR
     args = ["--backends", ",".join(BACK_LIBRARIES), "--nodes", "2", "--nprocs", "1", "--restarts", "1"]
-    args += [*BACK_ARGS.split(), "--dropout", "0", "--run-timeout-s", "400", "--repeats", str(rounds), "--out"]
-    if not (sweep / "results.jsonl").is_file():
-        subprocess.run([sys.executable, "run.py", "compare", *args, str(sweep)], cwd=ROOT, env=child_env(), check=False)
-    where = sweep.relative_to(ROOT)
+    args += [*BACK_ARGS.split(), "--timeout-s", "60", "--dropout", "0", "--run-timeout-s", "400", "--repeats"]
+    args += [str(rounds)]
+    where = _swept(BACK_DIR, args)
     head = (
         f"Produced by `python -m benchmarks.faults back --rounds {rounds}` on {machine()}: `run.py compare "
-        f"{' '.join(args)} {where}` (its report: {where}/report.md): MNIST on 2 simulated nodes of one process, node 1 "
-        "lost after step 15 (its agent and worker killed) and started again 60 s later, each library ready to "
+        f"{' '.join(args)} --out {where}` (its report: {where}/report.md): MNIST on 2 simulated nodes of one process, "
+        "node 1 lost after step 15 (its agent and worker killed) and started again 60 s later, each library ready to "
         "continue as its users run it; the Faults section of its report:"
     )
-    lines = [BACK, "", head, "", _faults_table(sweep), ""]
-    write_section(out, BACK, lines)
+    _faults_section(out, BACK, head, BACK_DIR)
+
+
+def _swept(sweep: Path, args: list[str]) -> Path:
+    """`run.py compare ARGS --out SWEEP`, unless SWEEP holds its results already: SWEEP, relative to the repository."""
+    if not (sweep / "results.jsonl").is_file():
+        cmd = [sys.executable, "run.py", "compare", *args, "--out", str(sweep)]
+        subprocess.run(cmd, cwd=ROOT, env=child_env(), check=False)
+    return sweep.relative_to(ROOT)
+
+
+def _faults_section(out: Path, header: str, head: str, sweep: Path) -> None:
+    """The section `header` of `out`: what produced it, then the Faults section's table of the sweep's report."""
+    lines = [header, "", head, "", _faults_table(sweep), ""]
+    write_section(out, header, lines)
     print("\n".join(lines))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -59,11 +60,13 @@ def machine() -> str:
 
 
 def replace_section(text: str, header: str, section: list[str]) -> str:
-    """`text` with the section under `header` (up to the next "## " header) replaced, or appended."""
+    """`text` with the section under `header` (a line that starts with it, up to the next "## " header) replaced, or
+    appended. Only at a line's start: "## X" is not the "### X" of a subsection."""
     body = "\n".join(section)
-    if header not in text:
+    found = re.search(rf"(?m)^{re.escape(header)}", text)
+    if found is None:
         return text.rstrip("\n") + "\n\n" + body
-    start = text.index(header)
+    start = found.start()
     nxt = text.find("\n## ", start + len(header))
     return text[:start] + body + ("\n" + text[nxt + 1 :] if nxt >= 0 else "")
 

@@ -114,6 +114,9 @@ def test_a_section_is_replaced_not_appended():
     assert once == "# P\n\n## A\n\nnew\n\n## B\n\nb\n"
     assert replace_section(once, "## A", ["## A", "", "new", ""]) == once
     assert replace_section("# P\n", "## C", ["## C", "", "c"]) == "# P\n\n## C\n\nc"
+    # a subsection whose title contains the header ("### A ..." holds "## A") is not the section: it is kept
+    sub = "# P\n\n### A lost node: more\n\nkept\n\n## B\n\nb\n"
+    assert replace_section(sub, "## A lost node", ["## A lost node", "", "t"]) == sub + "\n## A lost node\n\nt"
 
 
 def test_fsdp_benchmark_section_gives_each_state_against_x1_and_the_caveat(tmp_path):
