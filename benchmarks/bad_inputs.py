@@ -140,6 +140,14 @@ def cases(tmp: Path) -> list[Case]:
             "run: a link taken down outside a per-node network",
             ["--fault", "link-down:0@5:3", "--output", str(tmp / "r.json")],
         ),
+        Case(
+            "compare: a lost node that comes back, to a job that does not continue",
+            ["compare", "--backends", "ddp", "--nodes", "2", "--fault", "kill-node:1@5:30", "--out", str(c)],
+        ),
+        Case(
+            "run: a lost node that comes back, in a launch of its own",
+            ["--fault", "kill-node:0@5:30", "--output", str(tmp / "r.json")],
+        ),
         Case("compare: --extra setting what the sweep sets", ["compare", "--extra", "--backend ddp", "--out", str(c)]),
         Case("compare: no rounds", ["compare", "--repeats", "0", "--out", str(c)]),
         Case("compare: a link rate tc cannot read", ["compare", "--link-rate", "100mb", "--out", str(c)]),
