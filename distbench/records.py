@@ -36,6 +36,14 @@ def upgrade(record: dict) -> dict:
     return {**record, "link_rate": record.get("link_rate") or _UNSHAPED, "schema_version": SCHEMA_VERSION}
 
 
+def accuracy_missing(record: dict) -> str | None:
+    """Why a run's (or a report row's) test accuracy says nothing, where it says nothing: "emulated" (its computation
+    replaced by waits) or "synthetic data"; None where it is the model's accuracy."""
+    if record.get("accuracy_meaningful", True):
+        return None
+    return "emulated" if record.get("emulated") else "synthetic data"
+
+
 def finite(value):
     """`value` with every float that is not finite (NaN, an infinity) replaced by None, in nested dicts, lists and
     tuples too: what was not measured, or not defined, is null."""

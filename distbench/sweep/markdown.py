@@ -9,6 +9,7 @@ configurations; this module only words and lays them out.
 from __future__ import annotations
 
 from distbench.backends import SHARDING
+from distbench.records import accuracy_missing
 from distbench.sweep import context, faults, plots, settings, stats, summary, verdicts
 from distbench.sweep.configuration import AXES
 from distbench.sweep.context import device_kind
@@ -124,8 +125,7 @@ def with_interval(row: dict, name: str, spec: str) -> str:
 def _accuracy(row: dict) -> str:
     """The test accuracy, or a plain note where the run was shorter than one epoch: its accuracy says nothing about
     the backend (the column is then throughput only). Evaluation is still exact: the count is shown."""
-    if row.get("accuracy_meaningful") is False:
-        why = "emulated" if row.get("emulated") else "synthetic data"
+    if why := accuracy_missing(row):
         return f"n/a: {why} ({row['eval_count']:.0f})"
     epochs = row.get("epochs")
     if epochs is not None and epochs < 1:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from distbench.backends import spins
-from distbench.records import append_line, to_json
+from distbench.records import accuracy_missing, append_line, to_json
 from distbench.sweep.configuration import SweepConfig
 from distbench.sweep.executor import Executor
 from distbench.sweep.plan import Planned
@@ -83,7 +83,9 @@ def run_planned(
     record["log"] = str(log.relative_to(sweep.out))  # the run's whole output, beside results.jsonl
     append_line(sweep.out / RESULTS, to_json(record, sort_keys=True))
     if record["status"] == "ok":
-        said = f"{_said(record['samples_per_sec'], '.1f')} samples/s, accuracy {_said(record['eval_accuracy'], '.4f')}"
+        missing = accuracy_missing(record)
+        accuracy = f"n/a ({missing})" if missing else _said(record["eval_accuracy"], ".4f")
+        said = f"{_said(record['samples_per_sec'], '.1f')} samples/s, accuracy {accuracy}"
         if (record.get("fault") or {}).get("kind") == "unplanned":  # a failure no --fault asked for, continued past
             said += f"; continued after a failure (x{record['fault']['world_size_after']} after)"
     else:

@@ -67,9 +67,8 @@ class Reporter:
             return
         if (invalid := host_bound_said(record.get("emulated"), spins(record.get("backend", "")))) is not None:
             print(f"warning: {invalid}", file=sys.stderr, flush=True)
-        acc = f"{record['eval_accuracy']:.4f}"
-        if not record.get("accuracy_meaningful", True):
-            acc = "n/a (emulated)" if record.get("emulated") else "n/a (synthetic data)"
+        missing = records.accuracy_missing(record)
+        acc = f"n/a ({missing})" if missing else f"{record['eval_accuracy']:.4f}"
         print(
             f"{record['task']} | {record['backend']} x{record['world_size']} | "
             f"{record['samples_per_sec']:.1f} samples/s | accuracy {acc} "

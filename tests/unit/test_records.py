@@ -129,3 +129,15 @@ def test_what_upgrade_changes_and_leaves():
     current = {"schema_version": SCHEMA_VERSION, "link_rate": "none"}
     assert upgrade(current) is current
     assert V1["link_rate"] is None  # the record read is not changed in place
+
+
+def test_an_accuracy_that_says_nothing_is_said_so_with_why_everywhere_it_is_printed():
+    """The run's summary line, the sweep's progress line and the report's cell take one answer (an emulated run's
+    eval_accuracy is a number, 0.0 from its waits: printed as an accuracy, it read as a model that learned nothing)."""
+    assert records.accuracy_missing({"accuracy_meaningful": True, "emulated": None}) is None
+    assert records.accuracy_missing({"eval_accuracy": 0.9}) is None  # a record from before the field
+    assert records.accuracy_missing({"accuracy_meaningful": False, "emulated": {"profile": "p.json"}}) == "emulated"
+    assert records.accuracy_missing({"accuracy_meaningful": False, "emulated": None}) == "synthetic data"
+    sources = [ROOT / "distbench" / f for f in ("training/reporter.py", "sweep/runner.py", "sweep/markdown.py")]
+    assert all("accuracy_missing(" in p.read_text() for p in sources)
+    assert not any("accuracy_meaningful" in p.read_text() for p in sources)
