@@ -80,6 +80,16 @@ RESNET18 = Computation(
     "ResNet-18 (synthetic 64-pixel images)",
     steps=16,
 )
+# the bundled MiniLM-L6 on MR polarity, 91 MB of gradients (its 30,522-token embedding's among them): a step about as
+# long as a 1 Gbit/s link's all-reduce at 2 nodes; an emulated step takes 10-30 s here (dilation 8-16), so fewer of them
+MINILM = Computation(
+    "docs/profiles/bert-minilm-b16-cpu.json",
+    16,
+    ("--task", "bert-sentiment", "--data-dir", "../shared/data/rt-polarity", "--threads", "1"),
+    OUT / "minilm" / "reference",
+    "The bundled MiniLM-L6 (MR polarity, 128 tokens)",
+    steps=12,
+)
 
 
 @dataclass(frozen=True)
@@ -165,6 +175,17 @@ VARIANTS = {
         dilated=True,
         computation=RESNET18,
         sizes=LOADED_SIZES,  # 4 KiB to 16 MiB: DDP's 25 MB buckets and DeepSpeed's 47 MB, the line carried to them
+    ),
+    # a third model, a transformer of twice ResNet-18's bytes, predicted before it was measured
+    "minilm": Variant(
+        OUT / "minilm",
+        (Case("1gbit", 2, 8), Case("1gbit", 4, 16)),
+        {"1gbit": OUT / "minilm"},
+        "## The MiniLM at 2 and 4 nodes, 1 Gbit/s, from a commbench at the sweeps' dilation, predicted before "
+        "measuring",
+        dilated=True,
+        computation=MINILM,
+        sizes=LOADED_SIZES,
     ),
 }
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
