@@ -99,10 +99,13 @@ def param(name: str, annotation, default=inspect.Parameter.empty, *decls: str, h
     return _param(name, annotation, default, typer.Option(*decls, help=help))
 
 
-def argument(name: str, annotation, help: str = "") -> inspect.Parameter:
-    """A positional argument of a command's own."""
+def argument(name: str, annotation, help: str = "", default=inspect.Parameter.empty) -> inspect.Parameter:
+    """A positional argument of a command's own (optional where it has a default)."""
     return inspect.Parameter(
-        name, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Annotated[annotation, typer.Argument(help=help)]
+        name,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        default=default,
+        annotation=Annotated[annotation, typer.Argument(help=help)],
     )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
@@ -54,12 +53,15 @@ def commbench(values: dict) -> None:
     exit_if_failed(outcome.failed, outcome.runs, f"their logs, {outcome.logs}")
 
 
+def _sweep_dirs(help_: str) -> inspect.Parameter:
+    """The compare folders, optional: --from-profile may stand in for them (project's and atlas's)."""
+    return argument("sweep_dirs", list[Path] | None, help_, default=None)
+
+
 def project_params() -> list[inspect.Parameter]:
-    dirs = argument(
-        "sweep_dirs",
-        list[Path],
-        help="Compare folders with the task's `single` x1 runs: at the global batch, and at the planned micro-batch "
-        "if you ran it (its computation is then measured, not scaled).",
+    dirs = _sweep_dirs(
+        "Compare folders with the task's `single` x1 runs: at the global batch, and at the planned micro-batch if you "
+        "ran it (its computation is then measured, not scaled); or give --from-profile."
     )
     output = param("output", Path, help="Write the prediction here (.json, one object per backend).")
     placed = placement_params(
@@ -95,6 +97,13 @@ def project_params() -> list[inspect.Parameter]:
             "stage 0's step and ZeRO-K's engine measured there, not modelled (docs/projection.md).",
         ),
         param("node_commbench", Path | None, None, help="A commbench of deepspeed on that node (with --node-sweep)."),
+        param(
+            "from_profile",
+            Path | None,
+            None,
+            help="A module profile (`run.py profile`) as the computation, in place of the sweeps: what --emulate "
+            "replays (its micro-batch on every process).",
+        ),
     ]
     return [dirs, output, *placed, *own]
 
@@ -104,19 +113,12 @@ def project(values: dict) -> None:
 
     rate = PLACEMENT["link_rate"].one(values.pop("link_rate"))
     placement = Placement.given(values)
-    run(ProjectRequest(nodes=placement.nodes, nprocs=placement.nprocs, link_rate=rate or "", **values))
+    dirs = values.pop("sweep_dirs") or []
+    run(ProjectRequest(sweep_dirs=dirs, nodes=placement.nodes, nprocs=placement.nprocs, link_rate=rate or "", **values))
 
 
 def atlas_params() -> list[inspect.Parameter]:
-    dirs = inspect.Parameter(
-        "sweep_dirs",
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-        default=None,
-        annotation=Annotated[
-            list[Path] | None,
-            typer.Argument(help="Compare folders with the task's `single` x1 runs (or give --from-profile)."),
-        ],
-    )
+    dirs = _sweep_dirs("Compare folders with the task's `single` x1 runs (or give --from-profile).")
     own = [
         param("output", Path, help="Output folder: atlas.md, atlas.json, efficiency.png, fastest.png."),
         param("nodes", str, "2,4,8,16", help="Comma-separated node counts (the grid's rows)."),

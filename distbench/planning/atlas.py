@@ -27,9 +27,9 @@ from distbench.errors import UserError
 from distbench.launching import link
 from distbench.planning.commbench import backend_names
 from distbench.planning.links import Link, load_links
-from distbench.planning.profile import Profile
+from distbench.planning.profile import Profile, from_module_profile
 from distbench.planning.projection import Projection
-from distbench.planning.reference import NORMAL_P90, Phases, Reference, median_phases
+from distbench.planning.reference import Reference, median_phases
 from distbench.planning.timeline import Plan
 
 LOWEST_BITS, HIGHEST_BITS = 1e6, 1e13  # the rates the bisection searches (1 Mbit/s to 10 Tbit/s)
@@ -59,6 +59,11 @@ def run(request: AtlasRequest) -> dict:
     nodes, rates = _grid(request)
     links = load_links(request.commbench, None) if request.commbench else None
     ref, profile = _inputs(request)
+    if request.from_profile is not None and request.micro_batch not in (0, ref.batch_size):
+        raise UserError(
+            f"--micro-batch {request.micro_batch}: the module profile {request.from_profile} was measured at "
+            f"micro-batch {ref.batch_size}, and a profile does not scale to another (profile the model at it)"
+        )
     grid = Grid(ref, profile, request.nprocs, request.micro_batch or ref.batch_size)
     cells = []
     for n in nodes:
@@ -137,52 +142,6 @@ def _inputs(r: AtlasRequest) -> tuple[Reference, Profile]:
     micro = r.micro_batch or ref.batch_size
     print(f"measuring the backward of {ref.task} at micro-batch {micro} ...", file=sys.stderr, flush=True)
     return ref, measure_profile(ref, micro)
-
-
-def from_module_profile(path: Path) -> tuple[Reference, Profile]:
-    """A module profile (`run.py profile`) as the projection's inputs: each of its steps a reference run (forward,
-    backward, optimizer), and its modules, in the order their gradients were ready, the backward's shape (a module's
-    gradients together: its parameters were ready within microseconds of each other)."""
-    from distbench.tasks.emulated import read_profile
-
-    p = read_profile(path, "--from-profile")
-    micro = p["micro_batch"]
-    fwd, bwd, opt = (p[k]["steps_s"] for k in ("forward", "backward", "optimizer"))
-    totals = sorted(f + b + o for f, b, o in zip(fwd, bwd, opt, strict=False))
-    jitter = max(0.0, totals[int(0.9 * (len(totals) - 1))] - statistics.median(totals)) / NORMAL_P90 * 1e3
-    runs = [Phases(0.0, (f + b) * 1e3, o * 1e3, jitter) for f, b, o in zip(fwd, bwd, opt, strict=False)]
-    if not runs:
-        raise UserError(f"--from-profile {path}: no step measured")
-    ref = Reference(
-        p.get("task") or "profiled",
-        micro,
-        p.get("threads") or 1,
-        str(p.get("device") or "cpu").split(":")[0],
-        {},
-        runs,
-        [micro / (f + b + o) for f, b, o in zip(fwd, bwd, opt, strict=False)],
-        {micro: runs},
-    )
-    scale, backward = p["module_scale"]["backward"], p["backward"]["median_s"]
-    ready = sorted(
-        (min(1.0, (m["backward_start"]["median_s"] + m["backward"]["median_s"]) * scale / backward), m["grad_bytes"])
-        for m in p["modules"]
-        if m["backward"]["median_s"] is not None
-    )
-    forward = p["forward"]["median_s"]
-    profile = Profile(
-        [b for _, b in ready],
-        [t for t, _ in ready],
-        forward / (forward + backward),
-        1.0,
-        micro,
-        {
-            "micro_forward_s": list(fwd),
-            "micro_backward_s": list(bwd),
-            "reference_s": [f + b for f, b in zip(fwd, bwd, strict=False)],
-        },
-    )
-    return ref, profile
 
 
 def _lead(rows: list[dict]) -> dict:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from distbench.errors import UserError
-from distbench.planning.reference import Reference
+from distbench.planning.reference import NORMAL_P90, Phases, Reference
 
 
 @dataclass(frozen=True)
@@ -146,3 +146,52 @@ def _one_pass(task, model, params: list, batch) -> tuple[float, float, list[floa
     for h in hooks:
         h.remove()
     return t1 - t0, t2 - t1, [(r - t1) / (t2 - t1) for r in ready]
+
+
+def from_module_profile(path: Path) -> tuple[Reference, Profile]:
+    """A module profile (`run.py profile`) as the projection's inputs (`--from-profile`, atlas's and project's):
+    each of its steps a reference run (forward, backward, optimizer), and its modules, in the order their gradients
+    were ready, the backward's shape (a module's gradients together: its parameters were ready within microseconds of
+    each other). Its computation is a device's, as the emulator replays it (`--emulate`): it leaves the cores free for
+    the communication, on whatever device it was measured (Reference.emulated)."""
+    from distbench.tasks.emulated import read_profile
+
+    p = read_profile(path, "--from-profile")
+    micro = p["micro_batch"]
+    fwd, bwd, opt = (p[k]["steps_s"] for k in ("forward", "backward", "optimizer"))
+    totals = sorted(f + b + o for f, b, o in zip(fwd, bwd, opt, strict=False))
+    jitter = max(0.0, totals[int(0.9 * (len(totals) - 1))] - statistics.median(totals)) / NORMAL_P90 * 1e3
+    runs = [Phases(0.0, (f + b) * 1e3, o * 1e3, jitter) for f, b, o in zip(fwd, bwd, opt, strict=False)]
+    if not runs:
+        raise UserError(f"--from-profile {path}: no step measured")
+    ref = Reference(
+        p.get("task") or "profiled",
+        micro,
+        p.get("threads") or 1,
+        str(p.get("device") or "cpu").split(":")[0],
+        {},
+        runs,
+        [micro / (f + b + o) for f, b, o in zip(fwd, bwd, opt, strict=False)],
+        {micro: runs},
+        emulated=True,
+    )
+    scale, backward = p["module_scale"]["backward"], p["backward"]["median_s"]
+    ready = sorted(
+        (min(1.0, (m["backward_start"]["median_s"] + m["backward"]["median_s"]) * scale / backward), m["grad_bytes"])
+        for m in p["modules"]
+        if m["backward"]["median_s"] is not None
+    )
+    forward = p["forward"]["median_s"]
+    profile = Profile(
+        [b for _, b in ready],
+        [t for t, _ in ready],
+        forward / (forward + backward),
+        1.0,
+        micro,
+        {
+            "micro_forward_s": list(fwd),
+            "micro_backward_s": list(bwd),
+            "reference_s": [f + b for f, b in zip(fwd, bwd, strict=False)],
+        },
+    )
+    return ref, profile

@@ -1,5 +1,6 @@
 """`run.py project` as one call: its options checked, the inputs read (the sweeps' reference, the commbench or the
-nominal link, the profile: read, or measured here), each library predicted, the prediction written and printed."""
+nominal link, the profile: read, or measured here; or, with --from-profile, a module profile in place of the sweeps
+and the profile), each library predicted, the prediction written and printed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from distbench.planning import projection_report
 from distbench.planning.commbench import backend_names
 from distbench.planning.engine import Engine, load_engine
 from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
-from distbench.planning.profile import Profile, measure_profile
+from distbench.planning.profile import Profile, from_module_profile, measure_profile
 from distbench.planning.projection import Projection
 from distbench.planning.reference import Reference
 from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_MODELLED, Plan, timed_under_load
@@ -23,7 +24,7 @@ from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_
 class ProjectRequest:
     """What `project` was given, as typed."""
 
-    sweep_dirs: list[Path]
+    sweep_dirs: list[Path]  # empty with from_profile
     output: Path
     nodes: int
     nprocs: int
@@ -37,6 +38,7 @@ class ProjectRequest:
     zero_stage: int = 0  # the ZeRO stage of the DeepSpeed backends' rows
     node_sweep: Path | None = None  # a compare of the DeepSpeed backend on one node at ZeRO stages 0 and K
     node_commbench: Path | None = None  # commbench of deepspeed on that node: with node_sweep, ZeRO-K's engine
+    from_profile: Path | None = None  # a module profile (`run.py profile`): the computation, as the emulator's
 
 
 def run(request: ProjectRequest) -> None:
@@ -46,17 +48,18 @@ def run(request: ProjectRequest) -> None:
     _check(request)
     _check_zero(request, names)
     rate, links = _links(request, names)
-    ref = Reference.load(request.sweep_dirs, request.batch_size or None)
+    ref, profiled = _computation(request)
     plan = _plan(request, ref)
     engines = _engines(request, names, plan)
-    profile = _profile(request, ref, plan)
+    profile = _profile(request, ref, plan, profiled)
     from distbench.backends.ddp import bucket_cap_mb_for  # torch's: only once the inputs are good
 
     cap = bucket_cap_mb_for(ref.device, profile.total_bytes)
     projection = Projection(ref, profile, plan, links, rate, cap, engines)
     rows = [projection.predict(b) for b in names]
     projection_report.write(rows, profile, request.output)
-    projection_report.say(projection, rows, request.sweep_dirs, request.commbench, request.output)
+    r = request
+    projection_report.say(projection, rows, r.sweep_dirs, r.commbench, r.output, r.from_profile)
 
 
 def _check(r: ProjectRequest) -> None:
@@ -66,6 +69,10 @@ def _check(r: ProjectRequest) -> None:
         raise UserError(f"--grad-compression {r.grad_compression!r}: one of {', '.join(COMPRESSED_FRACTION)}")
     if not r.link_rate and r.commbench is None:
         raise UserError("give --link-rate (the nodes' link), --commbench DIR (measured on it), or both")
+    if bool(r.sweep_dirs) == (r.from_profile is not None):
+        raise UserError("give the compare folders of `single` x1 runs, or --from-profile PROFILE, not both")
+    if r.from_profile is not None and r.profile is not None:
+        raise UserError("--profile and --from-profile: a module profile holds its backward's shape; give one")
 
 
 def _check_zero(r: ProjectRequest, names: list[str]) -> None:
@@ -117,12 +124,21 @@ def _links(r: ProjectRequest, names: list[str]) -> tuple[str | None, dict[str, l
     return rate, links
 
 
+def _computation(r: ProjectRequest) -> tuple[Reference, Profile | None]:
+    """The reference of the sweeps; or a module profile's steps and the backward's shape its modules give."""
+    if r.from_profile is None:
+        return Reference.load(r.sweep_dirs, r.batch_size or None), None
+    return from_module_profile(r.from_profile)
+
+
 def _plan(r: ProjectRequest, ref: Reference) -> Plan:
-    """The planned scale; a global batch that does not split into its processes' micro-batches is one line."""
+    """The planned scale (by default the sweep's global batch, or a module profile's micro-batch on every process);
+    a global batch that does not split into its processes' micro-batches is one line."""
+    default = ref.batch_size * r.nodes * r.nprocs * r.accumulate if r.from_profile else ref.batch_size
     plan = Plan(
         r.nodes,
         r.nprocs,
-        r.batch_size or ref.batch_size,
+        r.batch_size or default,
         r.accumulate,
         r.grad_compression,
         ref.device == "cpu" and not ref.emulated,  # an emulated computation waits: the cores stay free, as a GPU's
@@ -136,8 +152,17 @@ def _plan(r: ProjectRequest, ref: Reference) -> Plan:
     return plan
 
 
-def _profile(r: ProjectRequest, ref: Reference, plan: Plan) -> Profile:
-    """The profile --profile names, measured at the plan's micro-batch; else measured here, now."""
+def _profile(r: ProjectRequest, ref: Reference, plan: Plan, profiled: Profile | None) -> Profile:
+    """The module profile's backward (--from-profile), measured at the plan's micro-batch (a profile does not scale to
+    another); else the profile --profile names, measured at it; else measured here, now."""
+    if profiled is not None:
+        if profiled.micro_batch != plan.micro_batch:
+            raise UserError(
+                f"--from-profile {r.from_profile} was measured at micro-batch {profiled.micro_batch}, this plan's is "
+                f"{plan.micro_batch}: plan a global batch of {profiled.micro_batch} per process (or leave "
+                "--batch-size out)"
+            )
+        return profiled
     if r.profile is None:
         print(
             f"measuring the backward of {ref.task} at micro-batch {plan.micro_batch} ...", file=sys.stderr, flush=True

@@ -43,8 +43,9 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def scope(projection: Projection, sweep_dirs: list[Path]) -> list[str]:
-    """What the projection extrapolates from, and to what: two lines to print before its table."""
+def scope(projection: Projection, sweep_dirs: list[Path], from_profile: Path | None = None) -> list[str]:
+    """What the projection extrapolates from (the sweeps' runs, or a module profile's steps), and to what: two lines
+    to print before its table."""
     ref, plan, m, rate = projection.ref, projection.plan, projection.measured, projection.rate
     link_from = (
         f"the link's nominal rate {rate} (no commbench)"
@@ -52,18 +53,31 @@ def scope(projection: Projection, sweep_dirs: list[Path]) -> list[str]:
         else f"a commbench of {m['nodes']} node(s) x {m['nprocs']} process(es) ({m['world_size']} ranks), link "
         f"{rate} ({m['link_mode']})"
     )
+    runs = (
+        f"the module profile {from_profile} ({len(ref.runs)} step(s) of {ref.task} at micro-batch {ref.batch_size}, "
+        f"{ref.threads} thread(s), {ref.device}; its computation leaves the cores free, as --emulate replays it)"
+        if from_profile
+        else f"{len(ref.runs)} `single` x1 run(s) of {ref.task} in {' '.join(map(str, sweep_dirs))} at global "
+        f"batch {ref.batch_size}, {ref.threads} thread(s) per process ({ref.device})"
+    )
     return [
-        f"From: {len(ref.runs)} `single` x1 run(s) of {ref.task} in {' '.join(map(str, sweep_dirs))} at global "
-        f"batch {ref.batch_size}, {ref.threads} thread(s) per process ({ref.device}); {link_from}.",
+        f"From: {runs}; {link_from}.",
         f"To: {plan.nodes} node(s) x {plan.nprocs} process(es) ({plan.world} ranks), global batch "
         f"{plan.batch_size} (micro-batch {plan.micro_batch} x {plan.accumulate}), link {rate}, one per node.",
     ]
 
 
-def say(projection: Projection, rows: list[dict], sweep_dirs: list[Path], commbench: Path | None, output: Path) -> None:
+def say(
+    projection: Projection,
+    rows: list[dict],
+    sweep_dirs: list[Path],
+    commbench: Path | None,
+    output: Path,
+    from_profile: Path | None = None,
+) -> None:
     """Print the prediction: its scope, each warning once (on stderr), the table, and where its computation and its
     link came from."""
-    print("\n".join(scope(projection, sweep_dirs)), flush=True)  # before the warnings (stderr), as they follow
+    print("\n".join(scope(projection, sweep_dirs, from_profile)), flush=True)  # before the warnings (stderr)
     for warning in dict.fromkeys(w for r in rows for w in r["warnings"]):  # each once: ddp and accelerate share
         print(f"warning: {warning}", file=sys.stderr, flush=True)
     print(table(rows))

@@ -9,6 +9,7 @@ from distbench.planning.links import fit_link
 from tests.helpers import ROOT, assert_one_line_error, run_py
 
 FIX = ROOT / "tests" / "fixtures" / "projection"
+PROFILED = ROOT / "docs" / "profiles" / "mnist-b32-cpu.json"  # `run.py profile`'s, what --emulate replays
 EXAMPLE = [
     "project",
     str(FIX / "sweep"),
@@ -39,6 +40,25 @@ def test_project_on_a_recorded_sweep_gives_the_documented_numbers(tmp_path):
     for wrapping_ddp in ("accelerate", "fabric"):  # DDP's all-reduce
         assert predicted[wrapping_ddp]["samples_per_sec"] == predicted["ddp"]["samples_per_sec"]
     assert (tmp_path / "p.profile.json").is_file()
+
+
+def test_a_module_profile_is_the_computation_of_the_same_prediction_as_atlas_makes(tmp_path):
+    """`project --from-profile`: a module profile in place of the sweeps (its steps the computation, its modules the
+    backward's shape, its micro-batch on every process, the cores left free as --emulate leaves them): the numbers
+    atlas predicts for the same cell from the same profile, so that the emulator, project and atlas start from one."""
+    from distbench.planning import atlas
+
+    out = tmp_path / "p.json"
+    plan = ["--nodes", "4", "--link-rate", "1gbit", "--backends", "ddp,deepspeed"]
+    proc = run_py(["project", "--from-profile", str(PROFILED), *plan, "--output", str(out)], tmp_path, expect_rc=0)
+    assert f"From: the module profile {PROFILED}" in proc.stdout
+    rows = {r["backend"]: r for r in json.loads(out.read_text())}
+    assert {(r["global_batch_size"], r["micro_batch_size"]) for r in rows.values()} == {(128, 32)}
+    request = atlas.AtlasRequest([], tmp_path / "a", "4", "1gbit", backends="ddp,deepspeed", from_profile=PROFILED)
+    (cell,) = atlas.run(request)["cells"]
+    for r in cell["rows"]:
+        assert rows[r["backend"]]["step_ms"] == pytest.approx(r["step_ms"], rel=1e-9), r["backend"]
+    assert rows["ddp"]["step_ms"] < rows["deepspeed"]["step_ms"]  # DDP overlaps its buckets with backward
 
 
 def test_deepspeeds_zero_stages_on_the_worked_example(tmp_path):
@@ -161,6 +181,20 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
         (
             ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--profile", str(FIX / "sweep" / "results.jsonl")],
             "not a profile",
+        ),
+        (["project", "--link-rate", "1gbit"], "give the compare folders of `single` x1 runs, or --from-profile"),
+        (
+            ["project", str(FIX / "sweep"), "--from-profile", str(PROFILED), "--link-rate", "1gbit"],
+            "give the compare folders of `single` x1 runs, or --from-profile PROFILE, not both",
+        ),
+        (
+            ["project", "--from-profile", str(PROFILED), "--profile", str(FIX / "profile.json")]
+            + ["--link-rate", "1gbit"],
+            "--profile and --from-profile",
+        ),
+        (
+            ["project", "--from-profile", str(PROFILED), "--link-rate", "1gbit", "--batch-size", "32"],
+            "was measured at micro-batch 32, this plan's is 16",
         ),
         (["commbench", "--link-mode", "mesh"], "--link-mode"),
         (["commbench", "--backends", "single"], "--backends"),

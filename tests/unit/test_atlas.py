@@ -92,6 +92,7 @@ def test_cells_an_emulated_sweep_measured_are_marked(tmp_path):
         ({"target": 1.5}, "--target 1.5"),
         ({"from_profile": None}, "give the compare folders of `single` x1 runs, or --from-profile"),
         ({"from_profile": "missing.json"}, "--from-profile missing.json does not exist"),
+        ({"micro_batch": 16}, "--micro-batch 16: the module profile"),  # its steps are at 8: they do not scale
     ],
 )
 def test_a_grid_that_cannot_be_drawn_is_one_line(tmp_path, over, message):
