@@ -378,7 +378,28 @@ def _summary(data: list[tuple[str, dict, float]]) -> list[str]:
         "held-out's) keep their commbench at dilation 1 or carried from 4 nodes, whose error the profile does not "
         "change: it is the link's."
     )
-    return [head, "", *lines]
+    return [head, "", *lines, "", *_by_nodes(settled)]
+
+
+def _by_nodes(settled: list[tuple[str, dict, float]]) -> list[str]:
+    """The settled cases' error by node count and library (issue 38's table): cases, median and largest |error|,
+    as tabled above / from the profile."""
+    said = "cases: median / largest as tabled; from the profile"
+    lines = [
+        "| nodes | " + " | ".join(f"{b} ({said})" for b in BACKENDS) + " |",
+        "|---|" + "---|" * len(BACKENDS),
+    ]
+    for n in sorted({r["nodes"] for _, r, _ in settled}):
+        cells = []
+        for b in BACKENDS:
+            of = [(r["error"], e) for _, r, e in settled if (r["nodes"], r["backend"]) == (n, b)]
+            before, after = [abs(x) for x, _ in of], [abs(y) for _, y in of]
+            cells.append(
+                f"{len(of)}: {statistics.median(before):.1%} / {max(before):.1%}; "
+                f"{statistics.median(after):.1%} / {max(after):.1%}"
+            )
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
 
 
 @app.command("profile-table")
