@@ -20,7 +20,9 @@ Each variant (VARIANTS) is a set of cases and the commbench its predictions take
 rule found after main's 8- and 16-node sweeps, a commbench at 4 nodes carried, on cases it had not seen), `dilated`
 (main's and held-out's sweeps at 8 and 16 nodes predicted again from a commbench on the same nodes at the sweep's
 dilation: new inputs, sweeps measured before), `held-out-400` (the dilated commbench on new cases, predicted before
-they were measured).
+they were measured), `resnet18` and `minilm` (two more models at 2 and 4 nodes), `libraries` and `libraries-dilated`
+(Accelerate and Fabric, which wrap the model in DDP, on MNIST's cases at 2-16 nodes, from main's and dilated's
+commbenches).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from benchmarks.harness import ROOT, machine, write_section
 from benchmarks.projection import LOADED_SIZES, case_cells, cases_summary, run
 
 OUT = ROOT / "docs" / "results" / "projection" / "emulated"
-BACKENDS = ("ddp", "deepspeed")
+BACKENDS = ("ddp", "deepspeed")  # a variant's libraries unless it names its own
 
 
 @dataclass(frozen=True)
@@ -108,13 +110,15 @@ class Variant:
     dilated: bool = False
     computation: Computation = MNIST
     sizes: str = ",".join(str(4096 * 4**i) for i in range(5))  # a dilated commbench's: 4 KiB to 1 MiB (MNIST's 1.2 MB)
+    backends: tuple[str, ...] = BACKENDS
+    commbench_from: Path | None = None  # the folder whose commbench/ it takes (another variant's), else `out`
 
     def commbench(self, case: Case) -> Path:
         """The commbench the case's prediction takes: nN at dilation 1 (a variant of one rate), RATE-nN-kK dilated."""
-        n = self.carried_from or case.nodes
+        n, folder = self.carried_from or case.nodes, (self.commbench_from or self.out) / "commbench"
         if not self.dilated or case.dilation == 1:
-            return self.out / "commbench" / f"n{n}"
-        return self.out / "commbench" / f"{case.rate}-n{n}-k{case.dilation}"
+            return folder / f"n{n}"
+        return folder / f"{case.rate}-n{n}-k{case.dilation}"
 
     def prediction(self, case: Case) -> Path:
         return self.out / "predictions" / f"{case.rate}-n{case.nodes}.json"
@@ -133,6 +137,7 @@ class Variant:
 
 
 HELD_OUT = OUT / "heldout-200mbit"
+WRAPPING_DDP = ("accelerate", "fabric")  # each under its own launcher (accelerate launch, fabric run)
 HELD_OUT_400 = OUT / "heldout-400mbit"
 VARIANTS = {
     # the 8-node sweep at dilation 1 (measured-n8, 2026-12-04, before the host limit) is kept, not tabled
@@ -189,6 +194,26 @@ VARIANTS = {
         computation=MINILM,
         sizes=LOADED_SIZES,
     ),
+    # the libraries that wrap the model in DDP, on MNIST's cases where ddp was validated: the same commbenches (their
+    # gradients go through DDP's all-reduce), predicted before measuring
+    "libraries": Variant(
+        OUT / "libraries",
+        (Case("100mbit", 2), Case("100mbit", 4)),
+        {"100mbit": OUT / "libraries"},
+        "## Accelerate and Fabric at 2 and 4 nodes, 100 Mbit/s: predicted before measuring",
+        backends=WRAPPING_DDP,
+        commbench_from=OUT,
+    ),
+    "libraries-dilated": Variant(
+        OUT / "libraries",
+        (Case("100mbit", 8, 4), Case("100mbit", 16, 8)),
+        {"100mbit": OUT / "libraries"},
+        "## Accelerate and Fabric at 8 and 16 nodes, 100 Mbit/s, from a commbench at the sweeps' dilation: predicted "
+        "before measuring",
+        dilated=True,
+        backends=WRAPPING_DDP,
+        commbench_from=OUT / "dilated",
+    ),
 }
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 CHOSEN = {"variant": VARIANTS["main"]}
@@ -212,7 +237,7 @@ def commbench(repeats: int = 5, rounds: int = 2) -> None:
         n = v.carried_from or case.nodes
         at = Case(case.rate, n, case.dilation if v.dilated else 1)
         sizes = v.sizes if v.dilated else LOADED_SIZES
-        args = ["--backends", ",".join(BACKENDS), *at.placed(), "--sizes", sizes, "--repeats", str(repeats)]
+        args = ["--backends", ",".join(v.backends), *at.placed(), "--sizes", sizes, "--repeats", str(repeats)]
         args += ["--dilation", str(at.dilation)] if at.dilation > 1 else []
         run(["run.py", "commbench", *args, "--rounds", str(rounds), "--out", str(out)])
 
@@ -237,7 +262,8 @@ def predict() -> None:
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         n, c = case.nodes, v.computation
-        plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(c.micro * n), "--backends", ",".join(BACKENDS)]
+        plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(c.micro * n)]
+        plan += ["--backends", ",".join(v.backends)]
         commbench = ["--commbench", str(v.commbench(case))]
         run(["run.py", "project", str(c.reference), *commbench, *plan, "--output", str(path)])
 
@@ -255,7 +281,7 @@ def measure(repeats: int = 3) -> None:
             continue
         shutil.rmtree(out, ignore_errors=True)
         n, c = case.nodes, v.computation
-        args = [*c.task, "--batch-size", str(c.micro * n), "--backends", ",".join(BACKENDS), *case.placed()]
+        args = [*c.task, "--batch-size", str(c.micro * n), "--backends", ",".join(v.backends), *case.placed()]
         args += ["--emulate", c.profile, "--dilation", str(case.dilation), "--max-steps", str(c.steps)]
         args += ["--repeats", str(repeats)]
         run(["run.py", "compare", *args, "--out", str(out)])
@@ -270,7 +296,7 @@ def rows() -> list[dict]:
         predicted = {p["backend"]: p for p in json.loads(v.prediction(case).read_text())}
         sweep = v.sweep(case)
         recs = grouping.load([sweep]).records if (sweep / "results.jsonl").exists() else []
-        for backend in BACKENDS:
+        for backend in v.backends:
             runs = [r["samples_per_sec"] for r in recs if r["status"] == "ok" and r["backend"] == backend]
             failed = sum(r["status"] != "ok" for r in recs if r["backend"] == backend)
             m = statistics.median(runs) if runs else None
@@ -331,7 +357,7 @@ def from_profile() -> None:
             if path.exists():
                 continue
             path.parent.mkdir(parents=True, exist_ok=True)
-            plan = ["--nodes", str(case.nodes), "--nprocs", "1", "--backends", ",".join(BACKENDS)]
+            plan = ["--nodes", str(case.nodes), "--nprocs", "1", "--backends", ",".join(v.backends)]
             inputs = ["--from-profile", v.computation.profile, "--commbench", str(v.commbench(case))]
             run(["run.py", "project", *inputs, *plan, "--output", str(path)])
 
@@ -385,13 +411,14 @@ def _by_nodes(settled: list[tuple[str, dict, float]]) -> list[str]:
     """The settled cases' error by node count and library (issue 38's table): cases, median and largest |error|,
     as tabled above / from the profile."""
     said = "cases: median / largest as tabled; from the profile"
+    backends = list(dict.fromkeys(r["backend"] for _, r, _ in settled))
     lines = [
-        "| nodes | " + " | ".join(f"{b} ({said})" for b in BACKENDS) + " |",
-        "|---|" + "---|" * len(BACKENDS),
+        "| nodes | " + " | ".join(f"{b} ({said})" for b in backends) + " |",
+        "|---|" + "---|" * len(backends),
     ]
     for n in sorted({r["nodes"] for _, r, _ in settled}):
         cells = []
-        for b in BACKENDS:
+        for b in backends:
             of = [(r["error"], e) for _, r, e in settled if (r["nodes"], r["backend"]) == (n, b)]
             before, after = [abs(x) for x, _ in of], [abs(y) for _, y in of]
             cells.append(
