@@ -321,13 +321,13 @@ def table(out: Path = ROOT / "docs" / "projection.md") -> None:
         "",
         f"Produced by `python -m benchmarks.emulated_projection{flags} table` on {machine()}, from the predictions in "
         f"{v.out.relative_to(ROOT)}/predictions/ (written by `... predict`, from the commbenches in "
-        f"{v.out.relative_to(ROOT)}/commbench/) and the sweeps {folders} (-kK: at dilation K, every wait K times "
-        f"longer and the links K times slower, the times divided back: docs/emulation.md). {c.said} emulated from "
-        f"`{c.profile}` (this machine's CPU at one thread, micro-batch {c.micro}): N simulated nodes x 1 process on "
-        f"per-node links of {rates}, sharing 2 cores (an emulated node computes nothing; docs/emulation.md); global "
-        f"batch {c.micro} x N. Reference: `single` x1 emulated from the same profile; commbench {v.commbench_said()}. "
-        "Error = (predicted - measured) / measured, measured = the median samples/s over the rounds (min-max beside "
-        "it).",
+        f"{(v.commbench_from or v.out).relative_to(ROOT)}/commbench/) and the sweeps {folders} (-kK: at dilation K, "
+        "every wait K times longer and the links K times slower, the times divided back: docs/emulation.md). "
+        f"{c.said} emulated from `{c.profile}` (this machine's CPU at one thread, micro-batch {c.micro}): N "
+        f"simulated nodes x 1 process on per-node links of {rates}, sharing 2 cores (an emulated node computes "
+        f"nothing; docs/emulation.md); global batch {c.micro} x N. Reference: `single` x1 emulated from the same "
+        f"profile; commbench {v.commbench_said()}. Error = (predicted - measured) / measured, measured = the median "
+        "samples/s over the rounds (min-max beside it).",
         "",
         cases_summary(data),
         "",
