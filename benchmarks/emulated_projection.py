@@ -440,9 +440,9 @@ def profile_table(out: Path = ROOT / "docs" / "projection.md") -> None:
         "commbench, the computation and the backward's shape taken from the module profile the emulated runs "
         "replayed, in place of the emulated `single` x1 reference's runs and a backward measured on this CPU; "
         "predictions in each variant's predictions-from-profile/, written after the sweeps (nothing in them fitted "
-        "to the sweeps: the model is the same, only its input). The variants main, held-out, dilated and "
-        "held-out-400 are MNIST's ConvNet, resnet18 and minilm the models they name. Error = (predicted - measured) "
-        "/ measured, against the median of the same sweeps.",
+        "to the sweeps: the model is the same, only its input). The variants main, held-out, dilated, "
+        "held-out-400 and libraries(-dilated) are MNIST's ConvNet, resnet18 and minilm the models they name. "
+        "Error = (predicted - measured) / measured, against the median of the same sweeps.",
         "",
         *_summary(data),
         "",
