@@ -14,9 +14,10 @@ demo: setup
 # The tiers in two passes, sharing one folder of launched runs (tests/conftest.shared_folder: a run that several
 # tests check is launched once). First, three at a time, each module on one worker: the unit and CLI tests, the
 # benchmark scripts' smoke tests, the Slurm tests and the multi-process tier, which assert what was written and
-# computed, never how fast; the suite is CPU-bound (about 33 core-minutes on 2 cores), and three workers keep both
-# cores busy while a test waits on a launcher's rendezvous, a timeout or Slurm (2026-12-06, fresh clone: 19:15 in all,
-# against 20:02 with the multi-process tier in a pass of its own, two at a time). Last, alone, the tests marked
+# computed, never how fast; the suite is CPU-bound (31-35 core-minutes on 2 cores), and three workers keep both
+# cores busy while a test waits on a launcher's rendezvous, a timeout or Slurm (2026-12-06, fresh clones: 18:06, 19:15
+# and 20:01, against 20:02 once with the multi-process tier in a pass of its own, two at a time: no slower, and
+# faster by less than the machine's noise shows for certain). Last, alone, the tests marked
 # `alone`, whose checks depend on nothing else running (a shaped link's rate, the host's network namespaces). The
 # exit status is a failure if either pass failed. Each pass hands out its modules the longest first
 # (tests/durations.txt; xdist's reordering by test count is off).
