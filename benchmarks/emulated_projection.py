@@ -287,10 +287,11 @@ def measure(repeats: int = 3) -> None:
         run(["run.py", "compare", *args, "--out", str(out)])
 
 
-def rows() -> list[dict]:
+def rows(v: Variant | None = None) -> list[dict]:
+    """Each case and library of the variant (the chosen one by default): predicted, measured, the error."""
     from distbench.sweep import grouping
 
-    v = CHOSEN["variant"]
+    v = v or CHOSEN["variant"]
     out = []
     for case in v.cases:
         predicted = {p["backend"]: p for p in json.loads(v.prediction(case).read_text())}
@@ -369,8 +370,7 @@ def _profile_rows() -> list[tuple[str, dict, float]]:
     """(variant, its row as `table` has it, the error of the prediction from the profile) for every measured case."""
     out = []
     for name, v in VARIANTS.items():
-        CHOSEN["variant"] = v
-        for r in [r for r in rows() if r["measured"]]:
+        for r in [r for r in rows(v) if r["measured"]]:
             predicted = {p["backend"]: p for p in json.loads(profile_prediction(v, r["case"]).read_text())}
             out.append((name, r, predicted[r["backend"]]["samples_per_sec"] / r["measured"] - 1))
     return out

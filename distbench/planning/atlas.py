@@ -27,7 +27,7 @@ from distbench.errors import UserError
 from distbench.launching import link
 from distbench.planning.commbench import backend_names
 from distbench.planning.links import Link, load_links
-from distbench.planning.profile import Profile, from_module_profile
+from distbench.planning.profile import Profile, at_micro_batch, from_module_profile
 from distbench.planning.projection import Projection
 from distbench.planning.reference import Reference, median_phases
 from distbench.planning.timeline import Plan
@@ -59,11 +59,8 @@ def run(request: AtlasRequest) -> dict:
     nodes, rates = _grid(request)
     links = load_links(request.commbench, None) if request.commbench else None
     ref, profile = _inputs(request)
-    if request.from_profile is not None and request.micro_batch not in (0, ref.batch_size):
-        raise UserError(
-            f"--micro-batch {request.micro_batch}: the module profile {request.from_profile} was measured at "
-            f"micro-batch {ref.batch_size}, and a profile does not scale to another (profile the model at it)"
-        )
+    if request.from_profile is not None and request.micro_batch:
+        at_micro_batch(profile, request.from_profile, request.micro_batch, f"--micro-batch {request.micro_batch}")
     grid = Grid(ref, profile, request.nprocs, request.micro_batch or ref.batch_size)
     cells = []
     for n in nodes:

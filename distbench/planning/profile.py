@@ -174,6 +174,7 @@ def from_module_profile(path: Path) -> tuple[Reference, Profile]:
         [micro / (f + b + o) for f, b, o in zip(fwd, bwd, opt, strict=False)],
         {micro: runs},
         emulated=True,
+        profiled=True,
     )
     scale, backward = p["module_scale"]["backward"], p["backward"]["median_s"]
     ready = sorted(
@@ -195,3 +196,15 @@ def from_module_profile(path: Path) -> tuple[Reference, Profile]:
         },
     )
     return ref, profile
+
+
+def at_micro_batch(profile: Profile, path: Path, micro: int, given: str) -> Profile:
+    """A module profile's backward for a plan at `micro`: only at the micro-batch it was measured at, which it does
+    not scale from; else one line naming what the user gave (`given`, e.g. "--batch-size 32")."""
+    if profile.micro_batch != micro:
+        raise UserError(
+            f"{given}: the module profile {path} was measured at micro-batch {profile.micro_batch}, this plan's is "
+            f"{micro}, and a profile does not scale to another (profile the model at {micro}, or leave "
+            f"{given.split()[0]} out)"
+        )
+    return profile

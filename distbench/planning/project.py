@@ -14,7 +14,7 @@ from distbench.planning import projection_report
 from distbench.planning.commbench import backend_names
 from distbench.planning.engine import Engine, load_engine
 from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
-from distbench.planning.profile import Profile, from_module_profile, measure_profile
+from distbench.planning.profile import Profile, at_micro_batch, from_module_profile, measure_profile
 from distbench.planning.projection import Projection
 from distbench.planning.reference import Reference
 from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_MODELLED, Plan, timed_under_load
@@ -58,8 +58,7 @@ def run(request: ProjectRequest) -> None:
     projection = Projection(ref, profile, plan, links, rate, cap, engines)
     rows = [projection.predict(b) for b in names]
     projection_report.write(rows, profile, request.output)
-    r = request
-    projection_report.say(projection, rows, r.sweep_dirs, r.commbench, r.output, r.from_profile)
+    projection_report.say(projection, rows, request.sweep_dirs, request.commbench, request.output, request.from_profile)
 
 
 def _check(r: ProjectRequest) -> None:
@@ -156,13 +155,7 @@ def _profile(r: ProjectRequest, ref: Reference, plan: Plan, profiled: Profile | 
     """The module profile's backward (--from-profile), measured at the plan's micro-batch (a profile does not scale to
     another); else the profile --profile names, measured at it; else measured here, now."""
     if profiled is not None:
-        if profiled.micro_batch != plan.micro_batch:
-            raise UserError(
-                f"--from-profile {r.from_profile} was measured at micro-batch {profiled.micro_batch}, this plan's is "
-                f"{plan.micro_batch}: plan a global batch of {profiled.micro_batch} per process (or leave "
-                "--batch-size out)"
-            )
-        return profiled
+        return at_micro_batch(profiled, r.from_profile, plan.micro_batch, f"--batch-size {r.batch_size}")
     if r.profile is None:
         print(
             f"measuring the backward of {ref.task} at micro-batch {plan.micro_batch} ...", file=sys.stderr, flush=True

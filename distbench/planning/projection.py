@@ -73,6 +73,15 @@ def interval(point: float, resamples: list[float]) -> tuple[float | None, float 
     return min(ordered[int(0.025 * n)], below[-1]), max(ordered[int(0.975 * n) - 1], above[0]), None
 
 
+# what a prediction from a module profile leaves out (docs/projection.md, "What the profile as input says", measured
+# 2026-12-06 against emulated `single` x1 runs)
+PROFILED_SAID = (
+    "the computation is a module profile's forward, backward and optimizer: no data loading and no training loop, "
+    "which took 1-11 % of an emulated step beside them here (docs/projection.md); where a loader is not hidden behind "
+    "the step, the step is that much longer"
+)
+
+
 @dataclass(frozen=True)
 class Projection:
     """Everything a prediction is made from: the reference's computation, the profile of backward, the plan, and the
@@ -152,10 +161,21 @@ class Projection:
         loads = [r["machine_load"] for rs in (self.links or {}).values() for r in rs if r.get("machine_load")]
         return min((load.get("cores") or 0 for load in loads), default=0)
 
+    def computation_said(self) -> str:
+        """Where the prediction's computation comes from, as its output says."""
+        plan = self.plan
+        if self.ref.profiled:
+            return f"a module profile's forward, backward and optimizer at micro-batch {plan.micro_batch}"
+        if self.micro_runs:
+            return f"measured at micro-batch {plan.micro_batch}"
+        return f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile"
+
     def warnings(self, backend: str, terms: dict | None = None) -> list[str]:
         """Each way the plan for `backend` goes beyond what was measured (the fits' own: `link_warnings`); `terms`:
         its `engine_terms`, where the caller has them."""
         plan, m, out = self.plan, self.measured, []
+        if self.ref.profiled:
+            out.append(PROFILED_SAID)
         engine = self.engine(backend)
         if engine is not None:
             out += self._engine_warnings(backend, engine, terms or self.engine_terms(backend))
@@ -285,9 +305,7 @@ class Projection:
             **({"all_gather": link_.gather.source} if link_.gather else {}),
             **({"reduce_scatter": link_.scatter.source} if link_.scatter and plan.zero_stage == 3 else {}),
             **terms,
-            "computation": f"measured at micro-batch {plan.micro_batch}"
-            if micro
-            else f"batch {self.ref.batch_size} scaled to micro-batch {plan.micro_batch} by the profile",
+            "computation": self.computation_said(),
             "step_ms": step * 1e3,
             "samples_per_sec": sps,
             "samples_per_sec_lo": sps_lo,

@@ -38,6 +38,7 @@ class Reference:
     samples_per_sec: list[float]
     by_batch: dict[int, list[Phases]] = field(default_factory=dict)
     emulated: bool = False  # the runs replayed a profile (--emulate): their computation left the cores free
+    profiled: bool = False  # the runs are a module profile's steps (--from-profile): no data loading, no loop
 
     @classmethod
     def load(cls, sweep_dirs: list[Path], batch: int | None = None) -> Reference:

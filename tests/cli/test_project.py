@@ -54,6 +54,9 @@ def test_a_module_profile_is_the_computation_of_the_same_prediction_as_atlas_mak
     assert f"From: the module profile {PROFILED}" in proc.stdout
     rows = {r["backend"]: r for r in json.loads(out.read_text())}
     assert {(r["global_batch_size"], r["micro_batch_size"]) for r in rows.values()} == {(128, 32)}
+    for r in rows.values():  # what it rests on, and what a profile leaves out
+        assert r["computation"] == "a module profile's forward, backward and optimizer at micro-batch 32"
+        assert any(w.startswith("the computation is a module profile's") for w in r["warnings"])
     request = atlas.AtlasRequest([], tmp_path / "a", "4", "1gbit", backends="ddp,deepspeed", from_profile=PROFILED)
     (cell,) = atlas.run(request)["cells"]
     for r in cell["rows"]:
