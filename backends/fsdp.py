@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
@@ -28,6 +29,10 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from distbench.backends.base import SIXTEEN_BIT
 from distbench.backends.ddp import DDPBackend
 
+# FSDP: the calls FSDP2's own collectives make (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py), the
+# tensor-in/tensor-out ones of the torch releases before all_gather_single and reduce_scatter_single
+ALL_GATHER = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
+REDUCE_SCATTER = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
 FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)  # the whole tensors, on the CPU, as DDP saves them
 
 
@@ -104,7 +109,21 @@ class FSDPBackend(FullStateDicts, DDPBackend):
         return model  # fully_shard changes the module's class in place; there is no wrapper
 
     def gradient_all_reduce(self, t: torch.Tensor) -> None:
-        raise NotImplementedError("fsdp reduce-scatters its gradients; commbench times the all-reducing libraries")
+        raise NotImplementedError(
+            "fsdp reduce-scatters its gradients: commbench times its all-gather and reduce-scatter"
+        )
+
+    def parameter_all_gather(self, flat: torch.Tensor, part: torch.Tensor) -> None:
+        # FSDP: each unit's parameters are all-gathered into one flat buffer before its forward, and again before its
+        # backward where the unit reshards after forward (its DefaultAllGather)
+        if self.world_size > 1:
+            ALL_GATHER(flat, part)
+
+    def gradient_reduce_scatter(self, flat: torch.Tensor, part: torch.Tensor) -> None:
+        # FSDP: each unit's gradients are reduce-scattered from one flat buffer once its backward is done
+        # (foreach_reduce -> its DefaultReduceScatter), each rank keeping its shard
+        if self.world_size > 1:
+            REDUCE_SCATTER(part, flat)
 
 
 def rebind_optimizer(optimizer, before: dict[str, nn.Parameter], after: dict[str, nn.Parameter]) -> None:

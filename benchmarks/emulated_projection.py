@@ -22,7 +22,8 @@ rule found after main's 8- and 16-node sweeps, a commbench at 4 nodes carried, o
 dilation: new inputs, sweeps measured before), `held-out-400` (the dilated commbench on new cases, predicted before
 they were measured), `resnet18` and `minilm` (two more models at 2 and 4 nodes), `libraries` and `libraries-dilated`
 (Accelerate and Fabric, which wrap the model in DDP, on MNIST's cases at 2-16 nodes, from main's and dilated's
-commbenches).
+commbenches), `fsdp` and `fsdp-dilated` (FSDP2 on the same cases, from commbenches of its own all-gather and
+reduce-scatter).
 """
 
 from __future__ import annotations
@@ -213,6 +214,23 @@ VARIANTS = {
         dilated=True,
         backends=WRAPPING_DDP,
         commbench_from=OUT / "dilated",
+    ),
+    # FSDP2, the library project modelled last (timeline.fsdp_step), on MNIST's cases where ddp was validated: its own
+    # commbench (its all-gather and reduce-scatter), predicted before measuring
+    "fsdp": Variant(
+        OUT / "fsdp",
+        (Case("100mbit", 2), Case("100mbit", 4)),
+        {"100mbit": OUT / "fsdp"},
+        "## FSDP2 at 2 and 4 nodes, 100 Mbit/s: predicted before measuring",
+        backends=("fsdp",),
+    ),
+    "fsdp-dilated": Variant(
+        OUT / "fsdp",
+        (Case("100mbit", 8, 4), Case("100mbit", 16, 8)),
+        {"100mbit": OUT / "fsdp"},
+        "## FSDP2 at 8 and 16 nodes, 100 Mbit/s, from a commbench at the sweeps' dilation: predicted before measuring",
+        dilated=True,
+        backends=("fsdp",),
     ),
 }
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)

@@ -182,7 +182,7 @@ def measure(cfg: RunConfig, steps: int, warmup: int) -> tuple[dict, list[dict]]:
     from distbench import process
     from distbench.backends import get_spec
     from distbench.data.arrays import move_to
-    from distbench.tasks import build_task
+    from distbench.tasks import build_task, shard_unit_names
     from distbench.training.loop import build
     from distbench.training.reporter import Reporter
     from distbench.training.timer import StartupClock, device_clock
@@ -219,7 +219,8 @@ def measure(cfg: RunConfig, steps: int, warmup: int) -> tuple[dict, list[dict]]:
         if step >= 2 * warmup:
             measured.add(marks, clock)
     hooks.remove()
-    return _run_facts(cfg, backend, parts, clock, measured), _modules(hooks, measured)
+    facts = {**_run_facts(cfg, backend, parts, clock, measured), "shard_units": shard_unit_names(task, model)}
+    return facts, _modules(hooks, measured)
 
 
 def _run_facts(cfg: RunConfig, backend, parts, clock, measured: Measured) -> dict:

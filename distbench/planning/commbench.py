@@ -30,18 +30,20 @@ from distbench.sweep.configuration import AXES, SweepConfig, positive_ints
 DEFAULT_SIZES = tuple(4096 * 4**i for i in range(8))  # 4 KiB to 64 MiB
 
 
-# what commbench may time and project predict: the all-reducing libraries (its default) and DeepSpeed's
-TIMED = (*ALL_REDUCING, *(name for name, spec in REGISTRY.items() if spec.zero_stages))
+# what commbench may time and project predict: the all-reducing libraries (its default), DeepSpeed's and FSDP2
+# (its all-gathers and reduce-scatters; Accelerate's FSDP plugin shards other units and has no model in project)
+SHARDED_TIMED = ("fsdp",)
+TIMED = (*ALL_REDUCING, *(name for name, spec in REGISTRY.items() if spec.zero_stages), *SHARDED_TIMED)
 
 
 def backend_names(backends: str) -> list[str]:
-    """--backends (commbench's and project's): the comma-separated backends, each one that all-reduces its gradients
-    (the replicating libraries, and DeepSpeed's engine, which all-reduces them at ZeRO stages 0-2)."""
+    """--backends (commbench's and project's): the comma-separated backends, each one whose exchange commbench times
+    and project models (the replicating libraries, DeepSpeed's engine, FSDP2)."""
     names = [b.strip() for b in backends.split(",") if b.strip()]
     bad = [b for b in names if b not in TIMED]
     if bad or not names:
         raise UserError(
-            f"--backends: the backends that all-reduce their gradients ({', '.join(TIMED)}), got {backends!r}"
+            f"--backends: the backends commbench times and project models ({', '.join(TIMED)}), got {backends!r}"
         )
     return names
 
@@ -157,6 +159,11 @@ def _bench(request: CommbenchRequest) -> Bench:
         raise UserError("--repeats and --rounds must be positive, with at least 2 processes (--nodes x --nprocs)")
     sizes = positive_ints(r.sizes, "--sizes") if r.sizes else list(DEFAULT_SIZES)
     compressions = tuple(AXES["grad_compression"].metadata["parse"](r.grad_compression, "--grad-compression"))
+    if set(compressions) != {"none"} and set(names) & set(SHARDED_TIMED):
+        # its all-gathers and reduce-scatters are timed uncompressed; project takes the reduce-scatter at its size
+        raise UserError(
+            f"--grad-compression {r.grad_compression}: commbench times FSDP2's collectives uncompressed; use none"
+        )
     if (r.out / RECORDS).exists():
         raise UserError(f"{r.out} already holds a commbench ({RECORDS}); choose another --out")
     dilation = checked("dilation", r.dilation)

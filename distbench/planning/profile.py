@@ -29,6 +29,9 @@ class Profile:
     # the passes the two ratios are the medians of, s: forward and backward at the micro-batch, pass by pass, and
     # forward+backward at the reference batch (a profile from before they were kept has none: its ratios are exact)
     passes: dict[str, list[float]] = field(default_factory=dict)
+    # the gradients' bytes of each of the task's shard units (Task.shard_units, inner before outer), what a sharding
+    # library gathers and scatters unit by unit; the root holds the rest (None: not known, a profile from before)
+    shard_units: list[int] | None = None
 
     PASSES = ("micro_forward_s", "micro_backward_s", "reference_s")
 
@@ -46,6 +49,7 @@ class Profile:
             "micro_over_reference": self.micro_over_reference,
             "micro_batch": self.micro_batch,
             **({"passes": self.passes} if self.passes else {}),
+            **({"shard_units": self.shard_units} if self.shard_units is not None else {}),
         }
 
     def resampled(self, rng: random.Random) -> Profile:
@@ -72,6 +76,7 @@ class Profile:
                 float(d["micro_over_reference"]),
                 int(d["micro_batch"]),
                 passes,
+                [int(b) for b in d["shard_units"]] if "shard_units" in d else None,
             )
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise UserError(f"--profile {path}: not a profile written by run.py project ({type(e).__name__})") from e
@@ -93,7 +98,7 @@ def measure_profile(ref: Reference, micro_batch: int, repeats: int = 5) -> Profi
     import torch
 
     from distbench.config import RunConfig
-    from distbench.tasks import build_task, load_datasets
+    from distbench.tasks import build_task, load_datasets, shard_unit_names
 
     torch.set_num_threads(ref.threads)
     cfg = RunConfig.from_dict(ref.config)
@@ -126,7 +131,26 @@ def measure_profile(ref: Reference, micro_batch: int, repeats: int = 5) -> Profi
             "micro_backward_s": [p[1] for p in passes],
             "reference_s": full_passes,
         },
+        shard_units=unit_bytes(
+            [
+                (n.rpartition(".")[0], p.numel() * p.element_size())
+                for n, p in model.named_parameters()
+                if p.requires_grad
+            ],
+            shard_unit_names(task, model),
+        ),
     )
+
+
+def unit_bytes(owners: list[tuple[str, int]], units: list[str]) -> list[int]:
+    """The bytes of each shard unit (named, inner before outer): each owner's (a module's name and its gradients'
+    bytes) go to the first unit that holds it (the unit itself or a module inside it); the root holds the rest."""
+    out = [0] * len(units)
+    for owner, nbytes in owners:
+        inside = [i for i, u in enumerate(units) if owner == u or owner.startswith(u + ".") or not u]
+        if inside:
+            out[inside[0]] += nbytes
+    return out
 
 
 def _one_pass(task, model, params: list, batch) -> tuple[float, float, list[float]]:
@@ -194,6 +218,9 @@ def from_module_profile(path: Path) -> tuple[Reference, Profile]:
             "micro_backward_s": list(bwd),
             "reference_s": [f + b for f, b in zip(fwd, bwd, strict=False)],
         },
+        unit_bytes([(m["name"], m["grad_bytes"]) for m in p["modules"]], p["shard_units"])
+        if "shard_units" in p
+        else None,
     )
     return ref, profile
 

@@ -15,7 +15,7 @@ from distbench.planning.commbench import backend_names
 from distbench.planning.engine import Engine, load_engine
 from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
 from distbench.planning.profile import Profile, at_micro_batch, from_module_profile, measure_profile
-from distbench.planning.projection import Projection
+from distbench.planning.projection import Projection, gradients_series
 from distbench.planning.reference import Reference
 from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_MODELLED, Plan, timed_under_load
 
@@ -117,7 +117,7 @@ def _links(r: ProjectRequest, names: list[str]) -> tuple[str | None, dict[str, l
         Link.nominal(rate)  # a rate it can be taken at
         return rate, None
     rate, links = load_links(r.commbench, rate)
-    missing = [b for b in names if b not in links and GRADIENT_ALLREDUCE[b] not in links]
+    missing = [b for b in names if not {gradients_series(b, c) for c in (b, GRADIENT_ALLREDUCE[b])} & links.keys()]
     if missing:
         raise UserError(f"--commbench {r.commbench} has no records of {', '.join(missing)}")
     return rate, links

@@ -56,6 +56,11 @@ DILATED_SAID = (
 SHARDED = {"gather": "all-gather", "scatter": "reduce-scatter"}  # Link's field: commbench's collective
 
 
+def gradients_series(backend: str, carrier: str) -> str:
+    """The commbench series that carries `backend`'s gradients: its carrier's all-reduce, or FSDP2's reduce-scatter."""
+    return f"{carrier} reduce-scatter" if MODELS.get(backend) == "fsdp" else carrier
+
+
 def interval(point: float, resamples: list[float]) -> tuple[float | None, float | None, str | None]:
     """The 95 % interval of a prediction from its bootstrap resamples: their 2.5-97.5 % range, an end that falls on
     the point or inside it (resamples tied with the point: an input without spread, a fit held at 0) moved out to the
@@ -99,21 +104,22 @@ class Projection:
     def measured_as(self, backend: str) -> str:
         """The commbench backend whose all-reduce carries this library's gradients (its own if that is missing)."""
         carrier = GRADIENT_ALLREDUCE[backend]
-        return carrier if self.links is not None and carrier in self.links else backend
+        return carrier if self.links is not None and gradients_series(backend, carrier) in self.links else backend
 
     def carried(self, backend: str) -> tuple[list[dict], float, str]:
         """The carrier's commbench records for the plan's compression, the bytes its fit is taken at per gradient
         byte, and what they are: the compression as the library sends it where commbench timed it, else the
         uncompressed all-reduce at the compressed size."""
         carrier, compression = self.measured_as(backend), self.plan.compression
-        recs = self.links[carrier]
+        named = gradients_series(backend, carrier)
+        recs = self.links[named]
         timed = [r for r in recs if series(r)[1] == compression]
         if timed:
-            return timed, 1.0, f"commbench fit of {label(carrier, compression)}"
+            return timed, 1.0, f"commbench fit of {label(named, compression)}"
         plain = [r for r in recs if series(r)[1] == "none"]
         if not plain:
-            raise UserError(f"the commbench timed {carrier} neither with {compression} nor uncompressed")
-        return plain, COMPRESSED_FRACTION[compression], f"commbench fit of {carrier} at {compression}'s size"
+            raise UserError(f"the commbench timed {named} neither with {compression} nor uncompressed")
+        return plain, COMPRESSED_FRACTION[compression], f"commbench fit of {named} at {compression}'s size"
 
     def link_for(self, backend: str, recs: list[dict] | None = None, sharded: dict | None = None) -> Link:
         """The link this library's gradients travel on: the fit of its carrier's records (or of `recs`, a resample
@@ -133,7 +139,7 @@ class Projection:
     def sharded(self, backend: str) -> dict[str, list[dict]]:
         """commbench's records of the library's sharding collectives (ZeRO's parameter all-gather, `gather`, and
         gradient reduce-scatter, `scatter`), those it timed."""
-        if MODELS.get(backend) != "zero" or self.links is None:
+        if MODELS.get(backend) not in ("zero", "fsdp") or self.links is None:
             return {}
         got = {f: self.links.get(f"{self.measured_as(backend)} {c}") for f, c in SHARDED.items()}
         return {f: recs for f, recs in got.items() if recs}

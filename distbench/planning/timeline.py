@@ -11,6 +11,7 @@ import functools
 import math
 from dataclasses import dataclass
 
+from distbench.errors import UserError
 from distbench.planning.links import Link
 from distbench.planning.profile import Profile
 from distbench.planning.reference import Phases
@@ -257,7 +258,41 @@ def _gather_s(link_: Link, nbytes: float, world: int) -> float:
     return link_.gather.allgather_s(nbytes, world) if link_.gather else link_.allreduce_s(nbytes, world) / 2
 
 
-# the timeline each library follows (Accelerate and Fabric wrap the model in DDP; DeepSpeed's engine: zero_step)
+def fsdp_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> float:
+    """FSDP2 (fully_shard on each of the task's shard units, then on the root), whose collectives block the host where
+    it computes (its unshard_async_op is False by default, and on CPU it has no streams to run them on): before each
+    unit's forward its parameters are all-gathered, and again before its backward for every unit but the root, which
+    keeps them from forward to backward (FSDPState._lazy_init); once a unit's backward is done its gradients are
+    reduce-scattered; each rank's optimizer steps its 1/W shard. Commbench's fits of FSDP2's own all-gather
+    (`link_.gather`) and reduce-scatter (`link_.scatter`) where it timed them, else half a ring all-reduce each. Not
+    overlapped with the computation, so the order does not matter: a sum. On GPUs FSDP2 overlaps them on streams of
+    their own: not modelled, and this is then an upper bound."""
+    units = profile.shard_units
+    if units is None:
+        raise UserError(FSDP_UNITS_UNKNOWN)
+    if plan.accumulate > 1:
+        raise UserError(
+            f"--accumulate {plan.accumulate}: project has no model of FSDP2's gradient accumulation (without "
+            "resharding between micro-batches); plan fsdp at --accumulate 1"
+        )
+    root, world = profile.total_bytes - sum(units), plan.world
+    gathers = sum(2 * _gather_s(link_, b, world) for b in units if b) + (_gather_s(link_, root, world) if root else 0.0)
+    scatters = sum(_scatter_s(link_, link_.wire_fraction * b, world) for b in [*units, root] if b)
+    return comp.backward_start + comp.backward + gathers + scatters + comp.optimizer / world
+
+
+FSDP_UNITS_UNKNOWN = (
+    "the profile does not say which gradients each of the task's FSDP units holds (one written before it did): "
+    "profile the task again (run.py profile, or project without --profile)"
+)
+
+
+def _scatter_s(link_: Link, nbytes: float, world: int) -> float:
+    return link_.scatter.allgather_s(nbytes, world) if link_.scatter else link_.allreduce_s(nbytes, world) / 2
+
+
+# the timeline each library follows (Accelerate and Fabric wrap the model in DDP; DeepSpeed's engine: zero_step;
+# FSDP2: fsdp_step)
 MODELS = {
     "ddp": "ddp",
     "accelerate": "ddp",
@@ -265,6 +300,7 @@ MODELS = {
     "horovod": "horovod",
     "deepspeed": "zero",
     "accelerate-deepspeed": "zero",
+    "fsdp": "fsdp",
 }
 # whose all-reduce carries each library's gradients: Accelerate's and Fabric's go through the DDP they wrap the model
 # in (torch.distributed.all_reduce), not through accelerator.reduce or fabric.all_reduce, which commbench also times;
@@ -276,6 +312,7 @@ GRADIENT_ALLREDUCE = {
     "horovod": "horovod",
     "deepspeed": "deepspeed",
     "accelerate-deepspeed": "deepspeed",
+    "fsdp": "fsdp",  # its reduce-scatter (commbench's `fsdp reduce-scatter`)
 }
 
 
@@ -300,4 +337,6 @@ def step_s(
         return horovod_step(comp, profile, link_, plan)
     if MODELS[backend] == "zero":
         return zero_step(comp, profile, link_, plan, engine_s)
+    if MODELS[backend] == "fsdp":
+        return fsdp_step(comp, profile, link_, plan)
     return ddp_step(comp, profile, link_, plan, cap_mb)

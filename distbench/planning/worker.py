@@ -220,9 +220,9 @@ def main() -> None:
     sizes = [int(s) for s in a.sizes.split(",")]
     # the gradients' all-reduce; and where the library shards (ZeRO), its parameters' all-gather (after a ZeRO-1/2
     # step, in a ZeRO-3 forward) and its gradients' reduce-scatter (ZeRO-3), uncompressed (DeepSpeed gathers the
-    # parameters in their own dtype)
-    sharded = ["all-gather", "reduce-scatter"] if spec.zero_stages and a.grad_compression == "none" else []
-    collectives = ["all-reduce", *sharded]
+    # parameters in their own dtype); FSDP, which all-reduces nothing, its units' all-gathers and reduce-scatters
+    sharded = ["all-gather", "reduce-scatter"] if spec.exchange != "all-reduce" and a.grad_compression == "none" else []
+    collectives = sharded if spec.exchange == "reduce-scatter" else ["all-reduce", *sharded]
     results = {
         c: {
             str(size): undilated(time_collective(backend, size, a.repeats, a.grad_compression, load, c), a.dilation)

@@ -81,6 +81,18 @@ GENERIC_DEFAULTS = {"epochs": 1, "batch_size": 32}  # for a task whose `defaults
 EVAL_KEYS = ("loss_sum", "correct", "count")
 
 
+def shard_units(task: Task, model: nn.Module) -> list[nn.Module]:
+    """The submodules a sharding backend shards one by one (Task.shard_units, optional: none, the root alone)."""
+    units = getattr(task, "shard_units", None)
+    return list(units(model)) if units else []
+
+
+def shard_unit_names(task: Task, model: nn.Module) -> list[str]:
+    """The task's shard units by their names in `model` (named_modules), inner before outer as the task gives them."""
+    names = {id(m): name for name, m in model.named_modules()}
+    return [names[id(u)] for u in shard_units(task, model)]
+
+
 def classification_sums(scores: torch.Tensor, labels: torch.Tensor, loss=None) -> dict[str, torch.Tensor]:
     """What `evaluate` returns for a classifier: the summed loss (cross-entropy of logits unless `loss` is given,
     e.g. F.nll_loss for log-probabilities), the correct predictions and the count, in float64."""

@@ -29,7 +29,7 @@ from distbench.launching import affinity, topology
 from distbench.launching.commands import check_launch
 from distbench.machine import default_threads
 from distbench.sharding import micro_batches
-from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, with_defaults
+from distbench.tasks import EVAL_KEYS, Task, build_task, load_datasets, shard_units, with_defaults
 from distbench.training import checkpoint, fairness, faults, flops, memory, rng
 from distbench.training.record import Facts, RunResult, build_record
 from distbench.training.reporter import Reporter
@@ -116,8 +116,7 @@ def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, cloc
     optimizer = task.build_optimizer(model)
     train_loader = backend.train_loader(train_ds, task.collate, cfg.batch_size, cfg.seed)
     test_loader = backend.eval_loader(test_ds, task.collate, cfg.eval_batch_size)
-    shard_units = getattr(task, "shard_units", None)  # optional in the Task interface: none, the root alone
-    units = list(shard_units(model)) if shard_units else []
+    units = shard_units(task, model)
     model, optimizer, train_loader = backend.prepare(model, optimizer, train_loader, units)
     steps_per_epoch = backend.steps_per_epoch
     total_steps = cfg.epochs * steps_per_epoch

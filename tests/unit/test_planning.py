@@ -185,6 +185,34 @@ def test_zero_3_exchanges_each_parameter_and_reduce_scatters_in_place_of_the_all
     assert step == pytest.approx(tl.zero_step(_computation(), PROFILE, link_, PLAN) + 0.005 + expected)
 
 
+def test_fsdp_gathers_each_unit_twice_the_root_once_and_reduce_scatters_each_then_steps_its_shard():
+    """FSDP2 on a host its collectives block: two units (4,000,000 and 400 B) all-gathered before forward and again
+    before backward, the root (the other 2,000,000 B) once; each of the three reduce-scattered after its backward; none
+    overlapped: the computation (21 ms), that sum and half the optimizer (2 ms). All-gather 2 ms + 100 ns/B and
+    reduce-scatter 1 ms + 50 ns/B at the 2 ranks measured; without them, half a ring all-reduce each."""
+    gather, scatter = lk.Link(2e-3, 1e-7, 2, "gather"), lk.Link(1e-3, 5e-8, 2, "scatter")
+    link_ = dataclasses.replace(scatter, gather=gather, scatter=scatter)
+    units = dataclasses.replace(PROFILE, shard_units=[4_000_000, 400])
+    gathers = 2 * (2e-3 + 0.4) + 2 * (2e-3 + 4e-5) + (2e-3 + 0.2)
+    scatters = (1e-3 + 0.2) + (1e-3 + 2e-5) + (1e-3 + 0.1)
+    assert tl.fsdp_step(_computation(), units, link_, PLAN) == pytest.approx(0.021 + gathers + scatters + 0.002)
+    ring = lk.Link(1e-3, 8e-8, 2, "ring")  # no fit of either: each half a ring all-reduce
+    halves = sum(k * ring.allreduce_s(b, 2) / 2 for k, b in ((3, 4_000_000), (3, 400), (2, 2_000_000)))
+    assert tl.fsdp_step(_computation(), units, ring, PLAN) == pytest.approx(0.021 + halves + 0.002)
+    with pytest.raises(UserError, match="does not say which gradients each of the task's FSDP units"):
+        tl.fsdp_step(_computation(), PROFILE, link_, PLAN)
+    with pytest.raises(UserError, match="--accumulate 2: project has no model of FSDP2's"):
+        tl.fsdp_step(_computation(), units, link_, dataclasses.replace(PLAN, accumulate=2))
+
+
+def test_a_shard_unit_holds_the_gradients_of_the_modules_inside_it_and_the_root_the_rest():
+    """Each owner's bytes go to the first unit (inner before outer) that is it or holds it; the others to the root."""
+    owners = [("conv1", 10), ("layer1.0.conv", 20), ("layer1.1", 5), ("layer10", 3), ("fc", 7)]
+    assert pf.unit_bytes(owners, ["layer1"]) == [25]
+    assert pf.unit_bytes(owners, ["layer1.0", "layer1", "fc"]) == [20, 5, 7]
+    assert pf.unit_bytes(owners, []) == []
+
+
 def _engine_inputs(tmp_path, steps_ms, nodes=1):
     """A compare folder of deepspeed at 2 processes on one node, ZeRO stages 0 and 1 at `steps_ms` per round, and a
     commbench of its collectives on `nodes` node(s): all-reduce 0.5 ms + 0.1 ns/B, the all-gather 1 ms + 0.1 ns/B,
