@@ -20,7 +20,8 @@ def _backends() -> inspect.Parameter:
         "backends",
         str,
         ",".join(ALL_REDUCING),
-        help="Comma-separated backends that all-reduce gradients (also deepspeed: its ZeRO stages 0-2 do).",
+        help="Comma-separated backends: those that all-reduce gradients, deepspeed (its ZeRO stages) and fsdp (FSDP2's "
+        "all-gathers and reduce-scatters).",
     )
 
 

@@ -199,6 +199,18 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
             ["project", "--from-profile", str(PROFILED), "--link-rate", "1gbit", "--batch-size", "32"],
             "was measured at micro-batch 32, this plan's is 16",
         ),
+        (
+            ["project", "--from-profile", str(PROFILED), "--link-rate", "1gbit", "--backends", "fsdp"],
+            "does not say which gradients each of the task's FSDP units holds",
+        ),
+        (
+            ["project", str(FIX / "sweep"), "--link-rate", "1gbit", "--backends", "fsdp", "--accumulate", "2"],
+            "--accumulate 2: project has no model of FSDP2's gradient accumulation",
+        ),
+        (
+            ["commbench", "--backends", "fsdp", "--grad-compression", "none,fp16"],
+            "times FSDP2's collectives uncompressed",
+        ),
         (["commbench", "--link-mode", "mesh"], "--link-mode"),
         (["commbench", "--backends", "single"], "--backends"),
         (["commbench", "--link-rate", "fast"], "is not a rate"),

@@ -4,13 +4,14 @@ at x1 and replicated at x2 with the next-step loss of a straight run, and bf16 t
 (and DeepSpeed's torch_autocast) follows fp32. Their loss curves against single (MNIST, tiny BERT), accumulation and
 compression are in test_equivalence, test_bert and test_knobs, with every backend."""
 
+import json
 import re
 import shutil
 
 import pytest
 
 from distbench.training import fairness
-from tests.helpers import child_env, launch, read_record, run_cmd
+from tests.helpers import ROOT, child_env, launch, py, read_record, run_cmd
 
 COMMON = ["--no-progress", "--threads", "1", "--dropout", "0"]  # with the default batch: mnist_run's settings
 
@@ -109,3 +110,26 @@ def test_batch_norm_trains_in_bf16_and_one_process_is_sharded_too(tmp_path):
     for rec in (native, accelerate):
         assert rec["environment"]["collective"] == "gloo" and rec["precision"] == "bf16"
     assert native["loss_history"] == accelerate["loss_history"] and len(native["loss_history"]) == 3
+
+
+@pytest.mark.timeout(300)
+def test_commbench_times_fsdps_own_collectives_and_project_predicts_fsdp_from_them(tmp_path):
+    """Under torchrun, commbench times FSDP2's all_gather_single and reduce_scatter_single at every size (and no
+    all-reduce: it has none) and fits each apart; project then predicts fsdp on them, its gradients on the
+    reduce-scatter's fit and its parameters on the all-gather's, each of MNIST's four layers a unit of its own."""
+    out, sizes = tmp_path / "cb", (4096, 65536, 1048576)
+    cmd = py("run.py commbench --backends fsdp --nprocs 2 --sizes 4096,65536,1048576 --repeats 2 --rounds 1")
+    run_cmd([*cmd, "--out", str(out)], timeout=240, env=child_env(tmp_path))
+    rows = [json.loads(line) for line in (out / "commbench.jsonl").read_text().splitlines()]
+    timed = {(r["collective"], r["size_bytes"]) for r in rows if r["time_s"] > 0}
+    assert timed == {(c, s) for c in ("all-gather", "reduce-scatter") for s in sizes}, rows
+    assert set(json.loads((out / "fit.json").read_text())) == {"fsdp all-gather", "fsdp reduce-scatter"}
+    sweep = ROOT / "tests" / "fixtures" / "projection" / "sweep"
+    plan = ["--nodes", "2", "--nprocs", "1", "--batch-size", "64", "--backends", "fsdp"]
+    cmd = [*py("run.py project"), str(sweep), "--commbench", str(out), *plan, "--output", str(tmp_path / "p.json")]
+    run_cmd(cmd, timeout=120, env=child_env(tmp_path))
+    (p,) = json.loads((tmp_path / "p.json").read_text())
+    assert p["link"] == "commbench fit of fsdp reduce-scatter" and p["all_gather"] == "commbench fit of fsdp all-gather"
+    assert 0 < p["scaling_efficiency"] < 1
+    # conv1, conv2, fc1 and fc2's weights and biases (float32): the root holds none
+    assert json.loads((tmp_path / "p.profile.json").read_text())["shard_units"] == [640, 18560, 1179904, 2600]
