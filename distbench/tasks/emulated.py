@@ -273,7 +273,6 @@ def _paths(owner_names: list[str], order: dict[str, int]) -> dict[str, list[str]
 
 
 def _replace_forward(module, name, kids, modules, node, clock, *, root: bool) -> None:
-    params = _own_params(module)
     own = node.get(name)
 
     def forward(*args, **kwargs):
@@ -282,7 +281,9 @@ def _replace_forward(module, name, kids, modules, node, clock, *, root: bool) ->
             clock.new_step()
             x = _Wait.apply(x, clock, 0)
         if own is not None:
-            x = _Wait.apply(x, clock, own, *params)
+            # the parameters the module holds now, not those it held when this was installed: FSDP2 replaces them
+            # with its sharded ones and, during forward, its unsharded ones, whose gradients it reduce-scatters
+            x = _Wait.apply(x, clock, own, *_own_params(module))
         for kid in kids:
             x = modules[kid](x)
         if root:

@@ -50,6 +50,11 @@ def test_four_emulated_nodes_of_each_library_run_on_two_cores(tmp_path):
         # every step waits for the profile's forward and backward (each rank's steps drawn from its spread, the
         # slowest of 4 ranks at least the median's 0.97), then for the exchanges; divided back by the dilation
         assert r["step_time_ms"]["p50"] >= 0.95 * waits_ms, r["backend"]
+    # each library sends what it sends in a real run: FSDP2 twice DDP's bytes, its units' all-gathers before forward
+    # and backward (3/4 S each at 4 ranks) and gloo's reduce-scatter, an all-reduce's 3/2 S (docs/fsdp.md); an
+    # emulator whose gradients missed FSDP2's unsharded parameters sent only the all-gathers (as DDP's 3/2 S)
+    sent = {r["backend"]: r["written_bytes_per_step"] for r in recs}
+    assert 1.8 < sent["fsdp"] / sent["ddp"] < 2.2, sent
     held = {r["backend"]: r["memory_per_rank"]["params_bytes"] for r in recs}
     assert held["fsdp"] < held["ddp"] / 3  # FSDP2's shards, a quarter each (with padding)
     # the optimizer's state was made (its first step is the real one): sharded by FSDP2 too
