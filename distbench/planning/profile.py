@@ -147,7 +147,7 @@ def unit_bytes(owners: list[tuple[str, int]], units: list[str]) -> list[int]:
     bytes) go to the first unit that holds it (the unit itself or a module inside it); the root holds the rest."""
     out = [0] * len(units)
     for owner, nbytes in owners:
-        inside = [i for i, u in enumerate(units) if owner == u or owner.startswith(u + ".") or not u]
+        inside = [i for i, u in enumerate(units) if owner == u or owner.startswith(u + ".")]
         if inside:
             out[inside[0]] += nbytes
     return out

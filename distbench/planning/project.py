@@ -17,7 +17,14 @@ from distbench.planning.links import COMPRESSED_FRACTION, Link, load_links
 from distbench.planning.profile import Profile, at_micro_batch, from_module_profile, measure_profile
 from distbench.planning.projection import Projection, gradients_series
 from distbench.planning.reference import Reference
-from distbench.planning.timeline import GRADIENT_ALLREDUCE, MODELS, ZERO_STAGES_MODELLED, Plan, timed_under_load
+from distbench.planning.timeline import (
+    GRADIENT_ALLREDUCE,
+    MODELS,
+    ZERO_STAGES_MODELLED,
+    Plan,
+    check_fsdp_accumulate,
+    timed_under_load,
+)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,8 @@ def run(request: ProjectRequest) -> None:
     names = backend_names(request.backends)
     _check(request)
     _check_zero(request, names)
+    if "fsdp" in (MODELS[b] for b in names):
+        check_fsdp_accumulate(request.accumulate)
     rate, links = _links(request, names)
     ref, profiled = _computation(request)
     plan = _plan(request, ref)

@@ -270,15 +270,20 @@ def fsdp_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> f
     units = profile.shard_units
     if units is None:
         raise UserError(FSDP_UNITS_UNKNOWN)
-    if plan.accumulate > 1:
-        raise UserError(
-            f"--accumulate {plan.accumulate}: project has no model of FSDP2's gradient accumulation (without "
-            "resharding between micro-batches); plan fsdp at --accumulate 1"
-        )
+    check_fsdp_accumulate(plan.accumulate)
     root, world = profile.total_bytes - sum(units), plan.world
     gathers = sum(2 * _gather_s(link_, b, world) for b in units if b) + (_gather_s(link_, root, world) if root else 0.0)
     scatters = sum(_scatter_s(link_, link_.wire_fraction * b, world) for b in [*units, root] if b)
     return comp.backward_start + comp.backward + gathers + scatters + comp.optimizer / world
+
+
+def check_fsdp_accumulate(accumulate: int) -> None:
+    """FSDP2's accumulation (no reduce-scatter and no resharding between micro-batches) is not modelled: one line."""
+    if accumulate > 1:
+        raise UserError(
+            f"--accumulate {accumulate}: project has no model of FSDP2's gradient accumulation (without resharding "
+            "between micro-batches); plan fsdp at --accumulate 1"
+        )
 
 
 FSDP_UNITS_UNKNOWN = (
