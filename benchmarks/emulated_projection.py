@@ -23,7 +23,7 @@ dilation: new inputs, sweeps measured before), `held-out-400` (the dilated commb
 they were measured), `resnet18` and `minilm` (two more models at 2 and 4 nodes), `libraries` and `libraries-dilated`
 (Accelerate and Fabric, which wrap the model in DDP, on MNIST's cases at 2-16 nodes, from main's and dilated's
 commbenches), `fsdp` and `fsdp-dilated` (FSDP2 on the same cases, from commbenches of its own all-gather and
-reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2 and 4 nodes).
+reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2 and 4 nodes) and `fsdp-minilm` (on the MiniLM at 2).
 """
 
 from __future__ import annotations
@@ -256,6 +256,19 @@ VARIANTS = {
         "before measuring",
         dilated=True,
         computation=RESNET18,
+        sizes=LOADED_SIZES,
+        backends=("fsdp",),
+        profiled=False,
+    ),
+    # and on a third, the MiniLM: its six encoder layers the units, the root its 47 MB embedding and the head
+    "fsdp-minilm": Variant(
+        OUT / "fsdp" / "minilm",
+        (Case("1gbit", 2, 8),),
+        {"1gbit": OUT / "fsdp" / "minilm"},
+        "## FSDP2 on the MiniLM at 2 nodes, 1 Gbit/s, from a commbench at the sweep's dilation: predicted before "
+        "measuring",
+        dilated=True,
+        computation=MINILM,
         sizes=LOADED_SIZES,
         backends=("fsdp",),
         profiled=False,
