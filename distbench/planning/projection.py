@@ -25,6 +25,7 @@ from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link, resamp
 from distbench.planning.profile import Profile
 from distbench.planning.reference import Phases, Reference, median_phases
 from distbench.planning.timeline import (
+    FSDP_SERIAL_SAID,
     GRADIENT_ALLREDUCE,
     MODELS,
     ZERO_FOUND,
@@ -182,6 +183,8 @@ class Projection:
         plan, m, out = self.plan, self.measured, []
         if self.ref.profiled:
             out.append(PROFILED_SAID)
+        if MODELS.get(backend) == "fsdp":
+            out.append(FSDP_SERIAL_SAID)
         engine = self.engine(backend)
         if engine is not None:
             out += self._engine_warnings(backend, engine, terms or self.engine_terms(backend))

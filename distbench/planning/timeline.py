@@ -277,6 +277,14 @@ def fsdp_step(comp: Computation, profile: Profile, link_: Link, plan: Plan) -> f
     return comp.backward_start + comp.backward + gathers + scatters + comp.optimizer / world
 
 
+# what every FSDP2 prediction rests on, in its warnings: validated where the collectives block the host
+FSDP_SERIAL_SAID = (
+    "FSDP2's all-gathers and reduce-scatters are taken one after another, none overlapped with the computation, as "
+    "where they block the host (CPU nodes; validated on emulated ones within 6 %, docs/projection.md); on GPUs FSDP2 "
+    "overlaps them on streams of its own, not modelled: there this step is an upper bound"
+)
+
+
 def check_fsdp_accumulate(accumulate: int) -> None:
     """FSDP2's accumulation (no reduce-scatter and no resharding between micro-batches) is not modelled: one line."""
     if accumulate > 1:

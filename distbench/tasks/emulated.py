@@ -33,6 +33,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from distbench.errors import UserError
+from distbench.tasks import shard_units
 
 KIND = "distbench-module-profile"  # what `run.py profile` writes (emulation/profile.py)
 VERSION = 1
@@ -353,8 +354,7 @@ class EmulatedTask:
         return build(optimizer, total_steps, steps_per_epoch) if build else None
 
     def shard_units(self, model: nn.Module) -> list[nn.Module]:
-        units = getattr(self.task, "shard_units", None)
-        return list(units(model)) if units else []
+        return shard_units(self.task, model)
 
     def datasets(self):
         out = self.task.datasets()

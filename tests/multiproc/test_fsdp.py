@@ -131,5 +131,8 @@ def test_commbench_times_fsdps_own_collectives_and_project_predicts_fsdp_from_th
     (p,) = json.loads((tmp_path / "p.json").read_text())
     assert p["link"] == "commbench fit of fsdp reduce-scatter" and p["all_gather"] == "commbench fit of fsdp all-gather"
     assert 0 < p["scaling_efficiency"] < 1
+    assert any(
+        w.startswith("FSDP2's all-gathers and reduce-scatters are taken one after another") for w in p["warnings"]
+    )
     # conv1, conv2, fc1 and fc2's weights and biases (float32): the root holds none
     assert json.loads((tmp_path / "p.profile.json").read_text())["shard_units"] == [640, 18560, 1179904, 2600]
