@@ -20,6 +20,7 @@ another executor.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import re
 import signal
@@ -269,7 +270,7 @@ class LocalExecutor(Executor):
         with self.start(config, args) as started:
             print(f"running ({config.link_said()}): {started.shown}", file=sys.stderr, flush=True)
             env = {**os.environ, **started.env}
-            procs = [subprocess.Popen(cmd, env=env, start_new_session=True) for cmd in started.commands]
+            procs = [subprocess.Popen(cmd, env=env, preexec_fn=own_session(os.getpid())) for cmd in started.commands]
             try:
                 return wait_all(procs, timeout_s)
             except (subprocess.TimeoutExpired, KeyboardInterrupt):
@@ -286,6 +287,24 @@ def tail(text: str, n: int = 12) -> str:
     cause = [line for line in lines if re.search(r"(^|:)error: ", line)]
     cause = cause or [line for line in lines if re.match(r"^(\[\w+\]:?\s*(<stderr>:)?)?\w*(Error|Exception): ", line)]
     return "\n".join(lines[-n:] + cause[-1:])
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child calls it between fork and exec
+
+
+def own_session(parent: int) -> Callable[[], None]:
+    """What a launcher runs before its program: a session of its own (kill_group stops it with its workers), and
+    SIGTERM when `parent` (this process) dies, however it dies, so that no launcher outlives the sweep that started
+    it (SIGKILL leaves the sweep no chance to stop them; each launcher stops its own workers on SIGTERM)."""
+
+    def preexec() -> None:
+        os.setsid()
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before the signal was asked for
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -374,7 +393,7 @@ def run_one(
                 cmd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                preexec_fn=own_session(os.getpid()),
                 text=True,
                 env={**os.environ, **(env or {}), **(added or {})},
             )

@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -138,24 +139,41 @@ def test_compare_trains_every_library_on_per_node_links(tmp_path, mnist_run):
     assert not set(node_namespaces()) - before  # its own removed (`make test` runs no other that makes any beside it)
 
 
+def processes_with(mark: str) -> list[str]:
+    """The processes whose environment holds `mark`, each as its command line."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # gone meanwhile
+            continue
+    return found
+
+
 @pytest.mark.alone  # every node namespace of this machine: none other may be made meanwhile
 @pytest.mark.timeout(200)
 def test_the_namespaces_of_a_killed_run_are_removed_by_the_next(tmp_path):
     """SIGKILL leaves a run no chance to clean up, and named namespaces outlive their process: the next run that
-    makes node namespaces removes those whose process is gone."""
+    makes node namespaces removes those whose process is gone. Its launchers, each in a session of its own, are
+    stopped when it dies and stop their workers (before, two torchrun agents were still alive after the suite)."""
     cmd = py(
         "run.py commbench --backends ddp --nodes 2 --nprocs 1 --link-rate 100mbit --link-mode per-node "
         "--repeats 200 --sizes 4194304 --out",
         tmp_path / "cb",
     )
     proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(tmp_path), start_new_session=True)
-    mine = f"dbn-{proc.pid}-"
+    mine, mark = f"dbn-{proc.pid}-", f"DISTBENCH_CACHE={tmp_path / 'cache'}"  # the mark: in each of its processes
     deadline = time.monotonic() + 90
-    while not any(n.startswith(mine) for n in node_namespaces()) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    while sum("bin/torchrun " in c for c in processes_with(mark)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)  # until each node's agent runs
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert any(n.startswith(mine) for n in node_namespaces())  # left behind
+    deadline = time.monotonic() + 30
+    while (left := processes_with(mark)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"the launchers outlived the run: {left}"  # each stopped when the run died (own_session)
     run_in(tmp_path, py("-m benchmarks.linkcheck duplex --rate 100mbit --mb 0.5 --repeats 1"), timeout=120)
     assert not node_namespaces()
     assert not (netns.ETC_NETNS.exists() and any(p.name.startswith(mine) for p in netns.ETC_NETNS.iterdir()))
