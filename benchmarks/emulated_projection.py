@@ -193,6 +193,18 @@ VARIANTS = {
         computation=RESNET18,
         sizes=LOADED_SIZES,  # 4 KiB to 16 MiB: DDP's 25 MB buckets and DeepSpeed's 47 MB, the line carried to them
     ),
+    # the second model beyond 4 nodes: a ring's bytes per rank nearly constant in N, its latency steps 2(N-1);
+    # dilations that keep every link's rate / K, added up, at 500 Mbit/s (4 nodes at 16: 250 Mbit/s, 2-3 % busy)
+    "resnet18-large": Variant(
+        OUT / "resnet18",
+        (Case("1gbit", 8, 16), Case("1gbit", 16, 32)),
+        {"1gbit": OUT / "resnet18"},
+        "## ResNet-18 at 8 and 16 nodes, 1 Gbit/s, from a commbench at the sweeps' dilation, predicted before "
+        "measuring",
+        dilated=True,
+        computation=RESNET18,
+        sizes=LOADED_SIZES,
+    ),
     # a third model, a transformer of twice ResNet-18's bytes, predicted before it was measured
     "minilm": Variant(
         OUT / "minilm",
