@@ -122,12 +122,14 @@ def resampled(recs: list[dict], rng: random.Random) -> list[dict]:
     return [rng.choice(group) for group in by_size.values() for _ in group]
 
 
-def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0, under_load: bool = False) -> Link:
+def fit_link(
+    recs: list[dict], source: str, wire_fraction: float = 1.0, under_load: bool = False, cores_shared: bool = True
+) -> Link:
     """The fit of one library's records: per size, the median time (as commbench's summary; `under_load`: the time
     commbench measured with a computation on the rank's core, where it did, as a CPU node's training step has it:
     timeline.TIMED_UNDER_LOAD), and the median computation an all-reduce takes under load (else its CPU time on an
-    idle core, from a commbench that did not measure under load); each held at alpha, beta >= 0, with why it is not
-    physical where it is not."""
+    idle core, from a commbench that did not measure under load, which the source says where the node's computation
+    shares its cores: `cores_shared`); each held at alpha, beta >= 0, with why it is not physical where it is not."""
     sizes = sorted({r["size_bytes"] for r in recs})
 
     def medians(key: str) -> list[float]:
@@ -147,7 +149,8 @@ def fit_link(recs: list[dict], source: str, wire_fraction: float = 1.0, under_lo
         return Link(f.alpha_s, f.beta_s_per_byte, world, source, wire_fraction=wire_fraction, time_why=time_why)
     cpu = medians(cpu_key)
     c = fitted(cpu)
-    said = f"{source}{'' if cpu_key == 'loaded_cpu_s' else ' (CPU time on an idle core: not measured under load)'}"
+    idle = cores_shared and cpu_key != "loaded_cpu_s"  # where the cores are free, nothing is under load
+    said = f"{source}{' (CPU time on an idle core: not measured under load)' if idle else ''}"
     cpu_why = unphysical(sizes, cpu, SAID[cpu_key])
     return Link(
         f.alpha_s, f.beta_s_per_byte, world, said, c.alpha_s, c.beta_s_per_byte, wire_fraction, time_why, cpu_why

@@ -129,10 +129,10 @@ class Projection:
         if self.links is None:
             return Link.nominal(self.rate, self.plan.compression)
         carried, fraction, said = self.carried(backend)
-        loaded = timed_under_load(backend, self.plan)
-        link_ = fit_link(recs if recs is not None else carried, said, fraction, loaded)
+        loaded, shared = timed_under_load(backend, self.plan), self.plan.cores_shared
+        link_ = fit_link(recs if recs is not None else carried, said, fraction, loaded, shared)
         fits = {
-            field: fit_link(got, f"commbench fit of {self.measured_as(backend)} {SHARDED[field]}", under_load=loaded)
+            field: fit_link(got, f"commbench fit of {self.measured_as(backend)} {SHARDED[field]}", 1.0, loaded, shared)
             for field, got in (sharded or self.sharded(backend)).items()
         }
         return replace(link_, **fits)

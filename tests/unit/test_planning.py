@@ -480,12 +480,16 @@ def _record(size, compression, time_s, cpu_s, loaded_cpu_s=None):
 
 
 def test_the_cpu_charge_is_what_commbench_measured_under_load():
-    """t = 1 ms + 10 ns/B; idle CPU 0.5 ms + 5 ns/B; taken under load 2 ms + 1 ns/B: the charge is the last."""
+    """t = 1 ms + 10 ns/B; idle CPU 0.5 ms + 5 ns/B; taken under load 2 ms + 1 ns/B: the charge is the last; the
+    idle CPU time, where no load was taken, and the source says so where the cores are shared."""
     recs = [_record(s, None, 1e-3 + 1e-8 * s, 5e-4 + 5e-9 * s, 2e-3 + 1e-9 * s) for s in (4096, 2**20, 2**24)]
     link = lk.fit_link(recs, "test")
     assert link.cpu_s(2**20, 2) == pytest.approx(2e-3 + 1e-9 * 2**20)
     idle = lk.fit_link([{k: v for k, v in r.items() if k != "loaded_cpu_s"} for r in recs], "test")
     assert idle.cpu_s(2**20, 2) == pytest.approx(5e-4 + 5e-9 * 2**20) and "idle core" in idle.source
+    # where the node's computation leaves its cores free (a GPU node, an emulated one), nothing is under load
+    free = lk.fit_link([{k: v for k, v in r.items() if k != "loaded_cpu_s"} for r in recs], "test", cores_shared=False)
+    assert free.source == "test" and free.cpu_s(2**20, 2) == idle.cpu_s(2**20, 2)
 
 
 def test_a_compression_commbench_timed_is_taken_as_timed():
