@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 
 import torch
 from torch import nn
 
 from distbench.backends.base import Backend, Progress, ReduceOp
+from distbench.data import download
 from distbench.errors import BackendUnavailable, UserError
 
 try:
@@ -62,6 +66,26 @@ class HorovodBackend(Backend):
         """Whether horovodrun started this job elastic (--min-np/--max-np, a host discovery script)."""
         return os.environ.get("HOROVOD_ELASTIC") == "1"
 
+    @property
+    def joins_under_way(self) -> bool:
+        # Horovod: Horovod Elastic starts a worker on a host that is added to a job under way; the workers under way
+        # meet it in the state's sync (hvd.elastic.run), so none of its collectives may come before
+        return self.elastic
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        if not self.elastic:
+            with super().main_process_first():
+                yield
+            return
+        # Horovod: Horovod Elastic's examples load their data under a file lock, not a barrier: each host's processes
+        # one after another, the first filling the cache (a worker that joins later has no one to meet here)
+        cache = download.cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(cache / ".horovod-elastic.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+            yield
+
     def run_training(self, train, model, optimizer, progress: Progress):
         if not self.elastic:
             return train()
@@ -106,9 +130,11 @@ class HorovodBackend(Backend):
 
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         model = model.to(self.device)
-        # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised.
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised; under Horovod
+        # Elastic the state's sync broadcasts them (hvd.elastic.run, each time the workers change)
+        if not self.elastic:
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         # Horovod: gradients are averaged by hooks during backward and waited for in step(). With
         # backward_passes_per_step=K a parameter's hook all-reduces only after its K-th backward; the K local
         # gradients are *summed* then (horovod#2497), so the loss is divided by K in backward() (the base
