@@ -74,12 +74,13 @@ class HorovodBackend(Backend):
 
     @contextlib.contextmanager
     def main_process_first(self) -> Iterator[None]:
-        if not self.elastic:
+        if not self.joins_under_way:
             with super().main_process_first():
                 yield
             return
         # Horovod: Horovod Elastic's examples load their data under a file lock, not a barrier: each host's processes
-        # one after another, the first filling the cache (a worker that joins later has no one to meet here)
+        # one after another, whichever first filling the cache (a worker that joins later has no one to meet here;
+        # every process may download: training/loop.build)
         cache = download.cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
         with open(cache / ".horovod-elastic.lock", "w") as lock:
@@ -130,11 +131,14 @@ class HorovodBackend(Backend):
 
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         model = model.to(self.device)
-        # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised; under Horovod
-        # Elastic the state's sync broadcasts them (hvd.elastic.run, each time the workers change)
-        if not self.elastic:
+        # Horovod: rank 0's weights win, whatever the other ranks initialised; under Horovod Elastic the state's sync
+        # broadcasts them (hvd.elastic.run, each time the workers change), and nothing may come before it
+        if not self.joins_under_way:
             hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # Horovod: not broadcast_optimizer_state, which its examples call here too: given a fresh optimizer (as every
+        # rank's is here, a checkpoint is loaded later, on every rank) it steps it with zero gradients to make its
+        # state, which moves AdamW's weights by its weight decay and starts Adam's bias correction a step late; the
+        # other libraries take no such step. (Horovod Elastic's sync calls it, on the optimizer as it is then.)
         # Horovod: gradients are averaged by hooks during backward and waited for in step(). With
         # backward_passes_per_step=K a parameter's hook all-reduces only after its K-th backward; the K local
         # gradients are *summed* then (horovod#2497), so the loss is divided by K in backward() (the base

@@ -335,8 +335,9 @@ def wait_all(
     PEER_GRACE_S (an agent waiting at a rendezvous that will never complete) is stopped. `continues`: the launchers
     continue without a lost node (torchrun's --nnodes 1:N, Horovod Elastic): a launcher killed with its node
     (SIGKILL, --fault kill-node) is not the job's failure, and the others get until the timeout. `back`: the lost
-    node started again (its agent added to `procs`); once the job's first agents have ended, it has PEER_GRACE_S to
-    end and its exit code is not the job's (one that came back after the job ended would wait at its rendezvous for
+    node back in service (its agent started again and added to `procs`, or its host listed again for horovodrun);
+    once the job's first agents have ended, an agent started again has PEER_GRACE_S to end and its exit code is not
+    the job's (one that came back after the job ended would wait at its rendezvous for
     ever; the record, written or not, says whether the job succeeded)."""
     deadline, failed_at, first, late = time.monotonic() + timeout_s, None, len(procs), False
     # a launcher killed with its node: here, by SIGKILL; srun's step, whose task was: 128 + SIGKILL

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from distbench.config import parse_fault
 from distbench.launching import topology
-from distbench.launching.launch import Launcher
+from distbench.launching.launch import Horovodrun, Launcher
 from distbench.process import NODE_RETURNED_ENV, NODE_RETURNS_ENV
 
 
@@ -65,12 +65,12 @@ class HostReturn:
     hosts: Path  # the file the job's discovery script prints (topology.horovod_discovery)
     listed: list[str]  # its lines at the start: every node's, in node order
     gone_at: float | None = None  # when the executor saw the node's line gone (time.monotonic)
-    started: bool = False
+    listed_again: bool = False
 
     def poll(self, procs: list[subprocess.Popen], start: Callable[[list[str], dict], subprocess.Popen]) -> None:
         """Called as the executor waits for the job's processes (horovodrun starts the node's worker itself): when
         the node's line has left the hosts file, note the time; BACK seconds later, list every node again."""
-        if self.started:
+        if self.listed_again:
             return
         if self.gone_at is None:
             try:
@@ -81,7 +81,7 @@ class HostReturn:
             return
         if time.monotonic() - self.gone_at >= self.after_s:
             topology.list_hosts(self.hosts, self.listed)
-            self.started = True
+            self.listed_again = True
 
 
 LostNode = NodeReturn | HostReturn  # how the executor plays its return, by launcher
@@ -96,13 +96,22 @@ def returns(fault_text: str | None) -> bool:
 def return_error(fault_text: str, launcher: Launcher | None) -> str | None:
     """Why a lost node cannot come back to a job that `launcher` continues (None: a launcher that does not, the
     job started without --restarts); None where it can, or where `fault_text` asks for no return."""
-    if not returns(fault_text) or launcher is not None:
-        return None
     fault = parse_fault(fault_text)
-    return (
-        f"--fault {fault_text}: node {fault.rank} comes back to a job that continued without it; give --restarts "
-        "N (each library continues as its users run it) or kill-node without a return"
-    )
+    if fault is None or not fault.returns:
+        return None
+    if launcher is None:
+        return (
+            f"--fault {fault_text}: node {fault.rank} comes back to a job that continued without it; give --restarts "
+            "N (each library continues as its users run it) or kill-node without a return"
+        )
+    if isinstance(launcher, Horovodrun) and launcher.restarts < 2:
+        # Horovod: the driver counts a host's return as a reset, as it does the failure (--reset-limit)
+        return (
+            f"--fault {fault_text}: under Horovod Elastic a host that comes back is one of its resets, as the lost "
+            f"node was, and --restarts {launcher.restarts} (its --reset-limit) would end the job at the return; give "
+            "--restarts 2 or more"
+        )
+    return None
 
 
 def node_return(fault_text: str | None, commands: list[list[str]], env: Mapping[str, str]) -> LostNode | None:

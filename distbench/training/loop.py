@@ -103,8 +103,9 @@ class Parts:
 
 def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, clock: StartupClock) -> Parts:
     # The main process loads first (a download lands in the cache before the others read it); on each machine
-    # only its first process may download, the others read what it fetched or fall back as it did.
-    may_download = backend.launch.local_rank == 0
+    # only its first process may download, the others read what it fetched or fall back as it did; where a process
+    # may join under way, each in turn under a lock (main_process_first), so any of them may be the first.
+    may_download = backend.launch.local_rank == 0 or backend.joins_under_way
     with backend.main_process_first(), contextlib.nullcontext() if may_download else download.no_downloads():
         train_ds, test_ds, info = load_datasets(task)
     clock.mark("data")

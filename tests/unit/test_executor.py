@@ -121,22 +121,26 @@ def test_a_lost_node_comes_back_as_its_agent_started_again(tmp_path, monkeypatch
     assert procs[2].returncode == -15
     assert node_return("kill-node:1@5", [["true"], ["true"]], {}) is None
     assert "give --restarts N" in return_error("kill-node:1@5:30", None)
-    for backend in ("ddp", "horovod"):
-        assert return_error("kill-node:1@5:30", restarting_launcher(backend, 1)) is None
+    assert return_error("kill-node:1@5:30", restarting_launcher("ddp", 1)) is None
+    # Horovod Elastic counts the host's return as a reset, as it did the lost node
+    assert "give --restarts 2 or more" in return_error("kill-node:1@5:30", restarting_launcher("horovod", 1))
+    assert return_error("kill-node:1@5:30", restarting_launcher("horovod", 2)) is None
     assert return_error("kill:1@5", None) is None
 
 
 def test_horovod_elastic_lists_a_lost_host_again_after_its_seconds(tmp_path):
     """Horovod Elastic's lost node comes back through the job's hosts file, which its discovery script prints: once
-    the node's line has gone (its fault drops it), the executor puts every node's line back BACK seconds later; the
-    job's horovodrun is given a blacklist cool-down (without one a failed host never comes back), a job without a
-    return none."""
+    the node's line has gone (its fault drops it), the executor puts every node's line back BACK seconds later; a
+    sweep's job whose node comes back has its horovodrun given a blacklist cool-down (without one a failed host never
+    comes back), a job without a return none."""
     import subprocess
     import time
+    from dataclasses import replace
 
     from distbench.launching import topology
-    from distbench.launching.commands import restarting_launcher
     from distbench.sweep import executor
+    from distbench.sweep.configuration import SweepConfig
+    from distbench.sweep.executor import LocalExecutor
     from distbench.sweep.node_return import HostReturn, node_return
 
     script = topology.horovod_discovery(["localhost", "127.0.0.1"], 1)
@@ -149,13 +153,18 @@ def test_horovod_elastic_lists_a_lost_host_again_after_its_seconds(tmp_path):
         topology.drop_host({**env, "HOROVOD_HOSTNAME": "127.0.0.1"})  # as node 1's fault does
         started = time.monotonic()
         assert executor.wait_all(procs, 30, continues=True, back=executor.Returning(node, _start)) == 0
-        assert node.started and node.gone_at - started < 0.1 and len(procs) == 1  # horovodrun starts the worker
+        assert node.listed_again and node.gone_at - started < 1 and len(procs) == 1  # horovodrun starts the worker
         assert subprocess.run([str(script)], capture_output=True, text=True).stdout == "localhost:1\n127.0.0.1:1\n"
     finally:
         topology.discarded(env)
-    back = restarting_launcher("horovod", 1, takes_back=True).commands(["run.py"], 1, ["a", "b"])[0]
-    assert back[back.index("--blacklist-cooldown-range") + 1 :][:2] == ["1", "60"]
-    assert "--blacklist-cooldown-range" not in restarting_launcher("horovod", 1).commands(["run.py"], 1, ["a", "b"])[0]
+    # a sweep's horovod job whose node comes back: its horovodrun given a cool-down, its return the hosts file's
+    config = SweepConfig(task="mnist", backend="horovod", world_size=2, threads=1, nodes=2, fault="kill-node:1@5:30")
+    with LocalExecutor(restarts=2).start(config, ["--max-steps", "30"]) as started:
+        (cmd,) = started.commands
+        assert cmd[cmd.index("--blacklist-cooldown-range") + 1 :][:2] == ["1", "60"]
+        assert isinstance(started.back, HostReturn) and started.back.hosts.is_file()
+    with LocalExecutor(restarts=2).start(replace(config, fault="kill-node:1@5"), ["--max-steps", "30"]) as started:
+        assert "--blacklist-cooldown-range" not in started.commands[0] and started.back is None
 
 
 def _start(cmd, added):
