@@ -94,6 +94,7 @@ class HorovodBackend(Backend):
         # (HorovodInternalError) rolls the TorchState back to its last commit() (model, optimizer, and the trainer's
         # place beside them), re-initialises Horovod over the hosts left (horovodrun blacklists the failed worker's
         # host), calls the reset callbacks, broadcasts rank 0's state and runs the loop again. No process restarts.
+        # (the snapshot is a collective only once steps were trained: none here, where a joining worker starts too)
         self._state = hvd.elastic.TorchState(model=model, optimizer=optimizer, place=progress.snapshot())
         self._progress = progress
         self._state.register_reset_callbacks([self._reset])
