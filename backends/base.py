@@ -86,6 +86,13 @@ class Backend:
     # the other libraries need a GPU per process
     shares_a_gpu: ClassVar[bool] = False
 
+    @property
+    def joins_under_way(self) -> bool:
+        """Whether a process of this job may start while the others train (Horovod Elastic's new worker on a host that
+        comes back): then it makes no collective before run_training, where the library's own sync is its first
+        (main_process_first, prepare and the start's busy check make none)."""
+        return False
+
     def __init__(
         self,
         launch: LaunchEnv,

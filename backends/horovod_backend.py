@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 
 import torch
 from torch import nn
 
 from distbench.backends.base import Backend, Progress, ReduceOp
+from distbench.data import download
 from distbench.errors import BackendUnavailable, UserError
 
 try:
@@ -62,6 +66,27 @@ class HorovodBackend(Backend):
         """Whether horovodrun started this job elastic (--min-np/--max-np, a host discovery script)."""
         return os.environ.get("HOROVOD_ELASTIC") == "1"
 
+    @property
+    def joins_under_way(self) -> bool:
+        # Horovod: Horovod Elastic starts a worker on a host that is added to a job under way; the workers under way
+        # meet it in the state's sync (hvd.elastic.run), so none of its collectives may come before
+        return self.elastic
+
+    @contextlib.contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        if not self.joins_under_way:
+            with super().main_process_first():
+                yield
+            return
+        # Horovod: Horovod Elastic's examples load their data under a file lock, not a barrier: each host's processes
+        # one after another, whichever first filling the cache (a worker that joins later has no one to meet here;
+        # every process may download: training/loop.build)
+        cache = download.cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        with open(cache / ".horovod-elastic.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released as the file closes
+            yield
+
     def run_training(self, train, model, optimizer, progress: Progress):
         if not self.elastic:
             return train()
@@ -69,6 +94,7 @@ class HorovodBackend(Backend):
         # (HorovodInternalError) rolls the TorchState back to its last commit() (model, optimizer, and the trainer's
         # place beside them), re-initialises Horovod over the hosts left (horovodrun blacklists the failed worker's
         # host), calls the reset callbacks, broadcasts rank 0's state and runs the loop again. No process restarts.
+        # (the snapshot is a collective only once steps were trained: none here, where a joining worker starts too)
         self._state = hvd.elastic.TorchState(model=model, optimizer=optimizer, place=progress.snapshot())
         self._progress = progress
         self._state.register_reset_callbacks([self._reset])
@@ -106,9 +132,14 @@ class HorovodBackend(Backend):
 
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         model = model.to(self.device)
-        # Horovod: rank 0's weights and optimizer state win, whatever the other ranks initialised.
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        # Horovod: rank 0's weights win, whatever the other ranks initialised; under Horovod Elastic the state's sync
+        # broadcasts them (hvd.elastic.run, each time the workers change), and nothing may come before it
+        if not self.joins_under_way:
+            hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        # Horovod: not broadcast_optimizer_state, which its examples call here too: given a fresh optimizer (as every
+        # rank's is here, a checkpoint is loaded later, on every rank) it steps it with zero gradients to make its
+        # state, which moves AdamW's weights by its weight decay and starts Adam's bias correction a step late; the
+        # other libraries take no such step. (Horovod Elastic's sync calls it, on the optimizer as it is then.)
         # Horovod: gradients are averaged by hooks during backward and waited for in step(). With
         # backward_passes_per_step=K a parameter's hook all-reduces only after its K-th backward; the K local
         # gradients are *summed* then (horovod#2497), so the loss is divided by K in backward() (the base

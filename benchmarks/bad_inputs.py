@@ -145,6 +145,11 @@ def cases(tmp: Path) -> list[Case]:
             ["compare", "--backends", "ddp", "--nodes", "2", "--fault", "kill-node:1@5:30", "--out", str(c)],
         ),
         Case(
+            "compare: a host that comes back to Horovod Elastic, without a reset for its return",
+            ["compare", "--backends", "horovod", "--nodes", "2", "--restarts", "1", "--fault", "kill-node:1@5:30"]
+            + ["--out", str(c)],
+        ),
+        Case(
             "run: a lost node that comes back, in a launch of its own",
             ["--fault", "kill-node:0@5:30", "--output", str(tmp / "r.json")],
         ),

@@ -68,6 +68,9 @@ BACK_LIBRARIES = ("ddp", "accelerate", "fsdp", "deepspeed", "fabric")  # an agen
 # node 1 back 60 s after it went: after torchrun's agents continued without it (41-44 s); steps of 128 samples, enough
 # of them (epochs that do not end the run first) to train on alone for a while and together again after
 BACK_ARGS = "--fault none,kill-node:1@15:60 --batch-size 128 --epochs 100 --max-steps 1000 --checkpoint-every 10"
+# Horovod Elastic's host back, the same lost node and return: its discovery lists the host again (sweep/node_return.py)
+HOST_BACK = "## Horovod Elastic takes a lost host back"
+HOST_BACK_DIR = ROOT / "docs" / "results" / "faults" / "host-back"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 FAULTS_DOC = ROOT / "docs" / "faults.md"
 SweepRounds = Annotated[int, typer.Option(help="rounds of the sweep")]
@@ -258,6 +261,25 @@ def back(
         "continue as its users run it; the Faults section of its report:"
     )
     _faults_section(out, BACK, head, BACK_DIR)
+
+
+@app.command()
+def host_back(
+    rounds: SweepRounds = 1,
+    out: Document = FAULTS_DOC,
+) -> None:
+    # Horovod: a host that comes back is one of its resets (--reset-limit): the lost node's and its return's
+    args = ["--backends", "horovod", "--nodes", "2", "--nprocs", "1", "--restarts", "2", *BACK_ARGS.split()]
+    args += ["--timeout-s", "60", "--dropout", "0", "--run-timeout-s", "400", "--repeats", str(rounds)]
+    where = _swept(HOST_BACK_DIR, args)
+    head = (
+        f"Produced by `python -m benchmarks.faults host-back --rounds {rounds}` on {machine()}: `run.py compare "
+        f"{' '.join(args)} --out {where}` (its report: {where}/report.md): the section above's runs under Horovod "
+        "Elastic: node 1's worker killed after step 15 and its host dropped from the job's discovery, listed again "
+        "60 s later (horovodrun given a blacklist cool-down; `--restarts 2`, since the host's return is one of "
+        "Horovod's resets); the Faults section of its report:"
+    )
+    _faults_section(out, HOST_BACK, head, HOST_BACK_DIR)
 
 
 def _swept(sweep: Path, args: list[str]) -> Path:

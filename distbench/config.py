@@ -273,7 +273,8 @@ class RunConfig:
         NO_FAULT,
         "Inject a fault, once per run (training/faults.py): kill:RANK@STEP (the rank SIGKILLs itself after that "
         "step), kill-node:NODE@STEP[:BACK] (every process of the node, its launcher's agent too; with BACK, the node "
-        "comes back BACK seconds later: compare --restarts starts it again), hang:RANK@STEP (it stops "
+        "comes back BACK seconds later: compare --restarts starts it again, or lists it again in Horovod Elastic's "
+        "discovery), hang:RANK@STEP (it stops "
         "at that step, alive: only --timeout-s tells the others), slow:RANK:FACTOR "
         "(a straggler, computing FACTOR times as long), link-down:NODE@STEP:SECONDS (the node's link down after "
         "that step, up again SECONDS later: per-node links only). With --checkpoint-dir, the record says what it "

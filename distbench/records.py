@@ -67,6 +67,10 @@ def write_json(path: Path, value, **dumps_options) -> None:
     path.write_text(to_json(value, **dumps_options) + "\n", encoding="utf-8")
 
 
+_UMASK = os.umask(0)  # read once, on import (os.umask can only set it), and put back at once
+os.umask(_UMASK)
+
+
 def write_record(record: dict, path: Path) -> None:
     """`.jsonl`: append one line (never rewrites what is there). `.json`: write atomically (temp + rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -75,6 +79,7 @@ def write_record(record: dict, path: Path) -> None:
         return
     text = to_json(record, indent=2, sort_keys=True) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    os.fchmod(fd, 0o644 & ~_UMASK)  # as the .jsonl beside it (mkstemp's 0600: a record only its writer could read)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)

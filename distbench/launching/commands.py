@@ -38,18 +38,19 @@ def usual_launcher(backend: str) -> Launcher:
     return launchers_of(backend)[0]
 
 
-def restarting_launcher(backend: str, restarts: int) -> Launcher:
+def restarting_launcher(backend: str, restarts: int, takes_back: bool = False) -> Launcher:
     """The launcher that continues `backend`'s job after a failure, up to `restarts` times, as its users run it:
     accelerate launch's --max_restarts for the Accelerate backends; torchrun's --max-restarts for the others that
     torchrun starts (DeepSpeed's and Fabric's users restart under torchrun's agent: their own launchers restart
-    nothing); horovodrun's elastic form for Horovod (Horovod Elastic: the survivors continue, no restart)."""
+    nothing); horovodrun's elastic form for Horovod (Horovod Elastic: the survivors continue, no restart), which
+    takes a lost host back where `takes_back` (torchrun's agents take a waiting node in unasked)."""
     launchers = launchers_of(backend)
     if ACCELERATE in launchers:
         return AccelerateLaunch(restarts)
     if TORCHRUN in launchers:
         return Torchrun(restarts)
     if HOROVODRUN in launchers:
-        return Horovodrun(restarts)
+        return Horovodrun(restarts, takes_back=takes_back)
     raise UserError(
         f"--restarts {restarts}: {backend} has no launcher that continues after a failure "
         f"({', '.join(launcher.name for launcher in launchers)})"

@@ -169,13 +169,17 @@ class Horovodrun(Launcher):
     """horovodrun: one command for every node; it starts the other nodes' processes itself. With `restarts`, Horovod
     Elastic: the job continues after a worker fails, over the hosts that the discovery script (`discovery`: its path)
     lists and horovodrun has not blacklisted (a failed worker's host is), from --max-np processes down to one node's
-    (--min-np), through at most `restarts` resets (--reset-limit)."""
+    (--min-np), through at most `restarts` resets (--reset-limit). `takes_back`: a blacklisted host is taken back once
+    the discovery lists it again after its cool-down (--blacklist-cooldown-range; without it, never)."""
 
     name = process.HOROVODRUN
     several_nodes_note = "(once, on host1)"
+    # Horovod: a failed host's cool-down is the lower limit x 2^(times blacklisted), plus up to the lower limit, at
+    # most the upper (horovod/runner/elastic/discovery.py): from 1 s, 2-3 s after its first failure
+    COOLDOWN_S = ("1", "60")
 
-    def __init__(self, restarts: int = 0, discovery: str = "./discover_hosts.sh"):
-        self.restarts, self.discovery = restarts, discovery
+    def __init__(self, restarts: int = 0, discovery: str = "./discover_hosts.sh", takes_back: bool = False):
+        self.restarts, self.discovery, self.takes_back = restarts, discovery, takes_back
 
     def commands(self, program, nprocs, hosts=None, port=None):
         # Horovod: one horovodrun for every node; it starts the remote ones (ssh, or directly for a host
@@ -193,7 +197,8 @@ class Horovodrun(Launcher):
         if not self.restarts:
             return []
         sizes = ["--min-np", str(per_node), "--max-np", total, "--reset-limit", str(self.restarts)]
-        return [*sizes, "--host-discovery-script", self.discovery]
+        back = ["--blacklist-cooldown-range", *self.COOLDOWN_S] if self.takes_back else []
+        return [*sizes, *back, "--host-discovery-script", self.discovery]
 
 
 class DeepSpeedLaunch(PerNode):

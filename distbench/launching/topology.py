@@ -167,7 +167,7 @@ def discovering(launcher: Launcher, names: list[str], nprocs: int) -> Launcher:
     slots each) while they live (`horovod_discovery`)."""
     if not isinstance(launcher, Horovodrun) or not launcher.restarts:
         return launcher
-    return Horovodrun(launcher.restarts, str(horovod_discovery(names, nprocs)))
+    return Horovodrun(launcher.restarts, str(horovod_discovery(names, nprocs)), launcher.takes_back)
 
 
 HOROVOD_HOSTS_ENV = "DISTBENCH_HOROVOD_HOSTS"  # the live hosts file that a job's discovery script prints
@@ -206,6 +206,11 @@ def drop_host(env: Mapping[str, str] = os.environ) -> None:
         partial.replace(hosts)
     except OSError:
         partial.unlink(missing_ok=True)
+
+
+def list_hosts(path: Path, lines: list[str]) -> None:
+    """A Horovod Elastic job's hosts file listing `lines` (a lost node's back: sweep/node_return.py), written whole."""
+    _write_once(path, "".join(f"{line}\n" for line in lines))
 
 
 def discarded(env: Mapping[str, str]) -> None:

@@ -43,7 +43,7 @@ from distbench.machine import available_cpus
 from distbench.process import LOOPBACK
 from distbench.records import read_records
 from distbench.sweep.configuration import SweepConfig
-from distbench.sweep.node_return import NodeReturn, node_return, return_error, returned_env
+from distbench.sweep.node_return import LostNode, node_return, return_error, returned_env, returns
 
 SCHEDULERS = ("local", "slurm")
 
@@ -70,7 +70,7 @@ class Started:
     shown: str
     stop: Callable[[], None] | None = None
     continues: bool = False  # its launchers continue without a node that is lost (compare --restarts): wait_all
-    back: NodeReturn | None = None  # its lost node, started again (--fault kill-node:NODE@STEP:BACK)
+    back: LostNode | None = None  # its lost node, back in service (--fault kill-node:NODE@STEP:BACK)
 
 
 class Executor(ABC):
@@ -123,14 +123,15 @@ def launch_config(
     program: list[str] | None = None,
     net: NodeNetwork | None = None,
     restarts: int = 0,
+    takes_back: bool = False,
 ) -> topology.NodeLaunch:
     """The command(s) that start `run.py --backend BACKEND ARGS` (or `program`, what follows python) with world_size
     processes: the backend's usual launcher, or with `restarts` the one that restarts its workers that many times
-    (commands.restarting_launcher), as `nodes` simulated nodes when there are several (each in its own network
-    namespace of `net`, at its own address, when given)."""
+    (commands.restarting_launcher; `takes_back`: a lost node that comes back), as `nodes` simulated nodes when there
+    are several (each in its own network namespace of `net`, at its own address, when given)."""
     spec = get_spec(backend)
     program = program or spec.program(args)
-    launcher = restarting_launcher(backend, restarts) if restarts else usual_launcher(backend)
+    launcher = restarting_launcher(backend, restarts, takes_back) if restarts else usual_launcher(backend)
     if nodes == 1:
         launcher = topology.discovering(launcher, [LOOPBACK], world_size)
         return topology.NodeLaunch([local_argv(launcher, program, world_size)], topology.discovery_env(launcher))
@@ -254,9 +255,12 @@ class LocalExecutor(Executor):
         """The backend's usual launcher (as simulated nodes where `config` has several), inside the run's links."""
         with self.links(config) as net:
             restarts = self.restarts if config.backend in DISTRIBUTED else 0
-            launch = launch_config(config.backend, config.world_size, config.nodes, args, program, net, restarts)
+            takes_back = bool(restarts) and returns(config.fault)
+            launch = launch_config(
+                config.backend, config.world_size, config.nodes, args, program, net, restarts, takes_back
+            )
             commands, env = [resolve(c) for c in launch.commands], launch.env
-            back = node_return(config.fault, commands) if restarts else None  # checked: LocalExecutor.check
+            back = node_return(config.fault, commands, env) if restarts else None  # checked: LocalExecutor.check
             env = returned_env(env) if back is not None else env
             shown = topology.NodeLaunch(launch.commands, env).shell()
             try:
@@ -331,8 +335,9 @@ def wait_all(
     PEER_GRACE_S (an agent waiting at a rendezvous that will never complete) is stopped. `continues`: the launchers
     continue without a lost node (torchrun's --nnodes 1:N, Horovod Elastic): a launcher killed with its node
     (SIGKILL, --fault kill-node) is not the job's failure, and the others get until the timeout. `back`: the lost
-    node started again (its agent added to `procs`); once the job's first agents have ended, it has PEER_GRACE_S to
-    end and its exit code is not the job's (one that came back after the job ended would wait at its rendezvous for
+    node back in service (its agent started again and added to `procs`, or its host listed again for horovodrun);
+    once the job's first agents have ended, an agent started again has PEER_GRACE_S to end and its exit code is not
+    the job's (one that came back after the job ended would wait at its rendezvous for
     ever; the record, written or not, says whether the job succeeded)."""
     deadline, failed_at, first, late = time.monotonic() + timeout_s, None, len(procs), False
     # a launcher killed with its node: here, by SIGKILL; srun's step, whose task was: 128 + SIGKILL
@@ -358,9 +363,9 @@ def wait_all(
 
 @dataclass(frozen=True)
 class Returning:
-    """A lost node's return (`NodeReturn`) as wait_all carries it out: how to start the node's agent again."""
+    """A lost node's return (node_return.LostNode) as wait_all carries it out: how to start a node's agent again."""
 
-    node: NodeReturn
+    node: LostNode
     start: Callable[[list[str], dict], subprocess.Popen]
 
 
@@ -379,7 +384,7 @@ def run_one(
     env: dict[str, str] | None = None,
     stop=None,
     continues: bool = False,
-    back: NodeReturn | None = None,
+    back: LostNode | None = None,
 ) -> dict:
     """Run one configuration's launcher commands (several: one agent per simulated node) together, with `env`
     added; returns the results record plus `status` and timings, or a failure record. `stop`: what else ends the

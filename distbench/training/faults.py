@@ -178,8 +178,9 @@ def check_here(text: str | None, place, events: Events, restart_count: int) -> b
         _check_node(text, fault, place.nodes if place is not None else 1)
     if fault is not None and fault.returns and os.environ.get(NODE_RETURNS_ENV) != "1":
         raise UserError(
-            f"--fault {text}: the node comes back when compare --restarts N starts it again, as a "
-            "cluster does a repaired machine; a launch of its own cannot: give kill-node without a return"
+            f"--fault {text}: the node comes back when compare --restarts N starts it again (or lists it again "
+            "in Horovod Elastic's discovery), as a cluster does a repaired machine; a launch of its own cannot: give "
+            "kill-node without a return"
         )
     return met
 

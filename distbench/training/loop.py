@@ -103,8 +103,9 @@ class Parts:
 
 def build(task: Task, backend: Backend, cfg: RunConfig, reporter: Reporter, clock: StartupClock) -> Parts:
     # The main process loads first (a download lands in the cache before the others read it); on each machine
-    # only its first process may download, the others read what it fetched or fall back as it did.
-    may_download = backend.launch.local_rank == 0
+    # only its first process may download, the others read what it fetched or fall back as it did; where a process
+    # may join under way, each in turn under a lock (main_process_first), so any of them may be the first.
+    may_download = backend.launch.local_rank == 0 or backend.joins_under_way
     with backend.main_process_first(), contextlib.nullcontext() if may_download else download.no_downloads():
         train_ds, test_ds, info = load_datasets(task)
     clock.mark("data")
@@ -436,12 +437,15 @@ def place(
 def busy_machine(backend: Backend, threads: int, cores: list[int] | None, alone: bool) -> int | None:
     """As training starts, the most threads of one process that find no core of theirs free of other processes'
     computing threads (affinity.shortfall): more than 0, and the run is slower than on an idle machine, or than with
-    fewer threads. The worst rank's (a collective, called by every rank). A rank that shares its cores with the
+    fewer threads. The worst rank's (a collective, called by every rank), or this rank's own where a process may join
+    the job under way (Backend.joins_under_way). A rank that shares its cores with the
     other ranks of its machine cannot tell their threads from a neighbour's, and counts 0; None: a GPU run, whose
     computation is not on the cores."""
     if backend.device.type != "cpu":
         return None
     short = affinity.shortfall(cores or affinity.current_cores(), threads) if alone else 0
+    if backend.joins_under_way:  # this rank's own: a collective here would wait for ranks that train meanwhile
+        return short
     return int(backend.all_reduce(torch.tensor([float(short)]), ReduceOp.MAX).item())
 
 

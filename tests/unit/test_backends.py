@@ -95,3 +95,34 @@ def test_only_ddp_puts_processes_that_share_a_gpu_on_it_the_others_refuse(monkey
     with pytest.raises(UserError, match=f"--backend {backend}: 2 processes on a node with 1 GPU"):
         one.place_on_gpu()
     assert not set_to
+
+
+PREPARED = """
+import torch
+from distbench.backends.horovod_backend import HorovodBackend
+from distbench.process import LaunchEnv
+
+backend = HorovodBackend(LaunchEnv("python"))
+backend.setup()
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, weight_decay=0.5)
+before = [p.detach().clone() for p in model.parameters()]
+model, optimizer, _ = backend.prepare(model, optimizer, None)
+print(all(torch.equal(a, b) for a, b in zip(before, model.parameters())), len(optimizer.state_dict()["state"]))
+backend.teardown()
+"""
+
+
+def test_horovods_prepare_takes_no_step_of_a_fresh_optimizer(tmp_path):
+    """Horovod's broadcast_optimizer_state steps a fresh optimizer with zero gradients to make its state: AdamW's
+    weights moved by its weight decay, Adam's bias correction a step late (the BERT task's optimizer), which no other
+    library does. prepare leaves the weights and the (empty) state as they were; at world size 1, in a process of its
+    own (Horovod's global state)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT, child_env
+
+    proc = subprocess.run([sys.executable, "-c", PREPARED], cwd=ROOT, env=child_env(tmp_path), capture_output=True)
+    assert (proc.returncode, proc.stdout.split()) == (0, [b"True", b"0"]), proc.stderr.decode()[-2000:]

@@ -98,7 +98,7 @@ def test_a_node_lost_on_purpose_is_not_the_failure_of_a_job_that_continues():
 def test_a_lost_node_comes_back_as_its_agent_started_again(tmp_path, monkeypatch):
     """kill-node:NODE@STEP:BACK: wait_all starts the node's agent again BACK s after it was killed (SIGKILL), with
     NODE_RETURNED_ENV; one that outlives the job's first agents is stopped after PEER_GRACE_S, its exit code not the
-    job's. The return needs a launcher that continues and has an agent per node: else one line, before any run."""
+    job's. The return needs a launcher that continues: else one line, before any run."""
     import subprocess
 
     from distbench.launching.commands import restarting_launcher
@@ -107,7 +107,7 @@ def test_a_lost_node_comes_back_as_its_agent_started_again(tmp_path, monkeypatch
 
     back = tmp_path / "back"
     agent = f'if [ "$DISTBENCH_NODE_RETURNED" = 1 ]; then touch {back}; sleep "$1"; else kill -9 $$; fi'
-    node = node_return("kill-node:1@5:0.3", [["true"], ["sh", "-c", agent, "sh", "0.2"]])
+    node = node_return("kill-node:1@5:0.3", [["true"], ["sh", "-c", agent, "sh", "0.2"]], {})
     procs = [subprocess.Popen(["sh", "-c", "sleep 1.5"])]
     procs.append(subprocess.Popen(node.command))
     started = time.monotonic()
@@ -115,17 +115,56 @@ def test_a_lost_node_comes_back_as_its_agent_started_again(tmp_path, monkeypatch
     assert back.exists() and len(procs) == 3 and procs[2].returncode == 0 and node.gone_at - started < 0.5
     # a node back after the job's other agents ended is stopped after PEER_GRACE_S, and the job has not failed
     monkeypatch.setattr(executor, "PEER_GRACE_S", 0.5)
-    node = node_return("kill-node:1@5:0.1", [["true"], ["sh", "-c", agent, "sh", "60"]])
+    node = node_return("kill-node:1@5:0.1", [["true"], ["sh", "-c", agent, "sh", "60"]], {})
     procs = [subprocess.Popen(["sh", "-c", "sleep 0.5"]), subprocess.Popen(node.command)]
     assert executor.wait_all(procs, 30, continues=True, back=executor.Returning(node, _start)) == 0
     assert procs[2].returncode == -15
-    assert node_return("kill-node:1@5", [["true"], ["true"]]) is None
+    assert node_return("kill-node:1@5", [["true"], ["true"]], {}) is None
     assert "give --restarts N" in return_error("kill-node:1@5:30", None)
-    assert "Horovod Elastic taking a host back is not measured yet" in return_error(
-        "kill-node:1@5:30", restarting_launcher("horovod", 1)
-    )
     assert return_error("kill-node:1@5:30", restarting_launcher("ddp", 1)) is None
+    # Horovod Elastic counts the host's return as a reset, as it did the lost node
+    assert "give --restarts 2 or more" in return_error("kill-node:1@5:30", restarting_launcher("horovod", 1))
+    assert return_error("kill-node:1@5:30", restarting_launcher("horovod", 2)) is None
     assert return_error("kill:1@5", None) is None
+
+
+def test_horovod_elastic_lists_a_lost_host_again_after_its_seconds(tmp_path):
+    """Horovod Elastic's lost node comes back through the job's hosts file, which its discovery script prints: once
+    the node's line has gone (its fault drops it), the executor puts every node's line back BACK seconds later; a
+    sweep's job whose node comes back has its horovodrun given a blacklist cool-down (without one a failed host never
+    comes back), a job without a return none."""
+    import subprocess
+    import time
+    from dataclasses import replace
+
+    from distbench.launching import topology
+    from distbench.sweep import executor
+    from distbench.sweep.configuration import SweepConfig
+    from distbench.sweep.executor import LocalExecutor
+    from distbench.sweep.node_return import HostReturn, node_return
+
+    script = topology.horovod_discovery(["localhost", "127.0.0.1"], 1)
+    env = {topology.HOROVOD_HOSTS_ENV: str(script.with_name("hosts"))}
+    try:
+        node = node_return("kill-node:1@5:0.3", [["horovodrun"]], env)
+        assert isinstance(node, HostReturn) and node.listed == ["localhost:1", "127.0.0.1:1"]
+        procs = [subprocess.Popen(["sh", "-c", "sleep 1.5"])]
+        time.sleep(0.2)
+        topology.drop_host({**env, "HOROVOD_HOSTNAME": "127.0.0.1"})  # as node 1's fault does
+        started = time.monotonic()
+        assert executor.wait_all(procs, 30, continues=True, back=executor.Returning(node, _start)) == 0
+        assert node.listed_again and node.gone_at - started < 1 and len(procs) == 1  # horovodrun starts the worker
+        assert subprocess.run([str(script)], capture_output=True, text=True).stdout == "localhost:1\n127.0.0.1:1\n"
+    finally:
+        topology.discarded(env)
+    # a sweep's horovod job whose node comes back: its horovodrun given a cool-down, its return the hosts file's
+    config = SweepConfig(task="mnist", backend="horovod", world_size=2, threads=1, nodes=2, fault="kill-node:1@5:30")
+    with LocalExecutor(restarts=2).start(config, ["--max-steps", "30"]) as started:
+        (cmd,) = started.commands
+        assert cmd[cmd.index("--blacklist-cooldown-range") + 1 :][:2] == ["1", "60"]
+        assert isinstance(started.back, HostReturn) and started.back.hosts.is_file()
+    with LocalExecutor(restarts=2).start(replace(config, fault="kill-node:1@5"), ["--max-steps", "30"]) as started:
+        assert "--blacklist-cooldown-range" not in started.commands[0] and started.back is None
 
 
 def _start(cmd, added):

@@ -38,7 +38,7 @@ def test_to_json_refuses_nothing_json_can_hold():
 @pytest.mark.parametrize("name", ["run.json", "results.jsonl"])
 def test_a_record_with_nan_is_written_as_valid_json(tmp_path, name):
     """A sharded model's checksum on a rank without the whole state, a run without a timed step: NaN in the record,
-    null in its file."""
+    null in its file; the file readable by all, as any other result file (not mkstemp's 0600)."""
     record = {"schema_version": SCHEMA_VERSION, "link_rate": "none", "param_checksum": math.nan, "steps": 3}
     record |= {"samples_per_sec": math.inf, "step_time_ms": {"p50": math.nan}}
     path = tmp_path / name
@@ -53,6 +53,7 @@ def test_a_record_with_nan_is_written_as_valid_json(tmp_path, name):
         "steps": 3,
     }
     assert read_records(path) == [written]
+    assert path.stat().st_mode & 0o777 == 0o644 & ~os.umask(os.umask(0))  # as open() makes it, both forms
 
 
 def test_every_json_writer_goes_through_to_json():
