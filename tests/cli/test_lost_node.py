@@ -1,5 +1,5 @@
 """A lost node (`--fault kill-node`): torchrun's agents continue without it, and take it back when it comes back
-(docs/faults.md; Horovod Elastic's: tests/multiproc/test_lost_host.py). A file of its own, so that the suite runs it
+(docs/faults.md). A file of its own, so that the suite runs it
 beside test_continue.py's sweep: it mostly waits for torchrun's rendezvous."""
 
 import pytest
