@@ -117,9 +117,9 @@ def return_error(fault_text: str, launcher: Launcher | None) -> str | None:
 def node_return(fault_text: str | None, commands: list[list[str]], env: Mapping[str, str]) -> LostNode | None:
     """The lost node's return that `fault_text` asks for, for a job started by `commands` (one per node's agent, or
     horovodrun's one, checked by `return_error`) with `env`; None where it asks for none."""
-    if not returns(fault_text):
-        return None
     fault = parse_fault(fault_text)
+    if fault is None or not fault.returns:
+        return None
     if hosts := env.get(topology.HOROVOD_HOSTS_ENV):  # Horovod Elastic: its discovery lists the node again
         return HostReturn(fault.rank, fault.seconds, Path(hosts), Path(hosts).read_text().splitlines())
     return NodeReturn(fault.rank, fault.seconds, commands[fault.rank])

@@ -22,29 +22,29 @@ BACK, STEPS, EVERY = 75, 1000, 10
 FAULT = f"kill-node:1@15:{BACK}"
 
 
-def _run(tmp_path, backend="ddp", fault=FAULT, extra=(), restarts=1) -> tuple[dict, list[dict]]:
-    """`backend` on 2 simulated nodes of one process, as `compare --restarts N --nodes 2` starts it (sweep/executor:
-    launch_config, node 1 back in service BACK s after it went), without a sweep around it: its record and events."""
+def _run(tmp_path) -> tuple[dict, list[dict]]:
+    """ddp on 2 simulated nodes of one process, as `compare --restarts 1 --nodes 2` starts it (sweep/executor:
+    launch_config, node 1 started again BACK s after it went), without a sweep around it: its record and events."""
     out, folder = tmp_path / "lost.json", tmp_path / "ckpt-lost"
-    args = ["--max-steps", str(STEPS), *COMMON, *extra, "--timeout-s", str(TIMEOUT_S), "--checkpoint-dir", str(folder)]
-    args += ["--checkpoint-every", str(EVERY), "--fault", fault, "--output", str(out)]
-    started = launch_config(backend, 2, 2, args, restarts=restarts, takes_back=True)
+    args = ["--max-steps", str(STEPS), *COMMON, "--timeout-s", str(TIMEOUT_S), "--checkpoint-dir", str(folder)]
+    args += ["--checkpoint-every", str(EVERY), "--fault", FAULT, "--output", str(out)]
+    started = launch_config("ddp", 2, 2, args, restarts=1, takes_back=True)
     commands = [resolve(c) for c in started.commands]
     env = returned_env({**child_env(tmp_path), **started.env})
-    back = node_return(fault, commands, env)
+    back = node_return(FAULT, commands, env)
     rec = run_one(commands, out, 400, tmp_path / "lost.log", env, continues=True, back=back)
     return rec, faults.Events(folder).read()
 
 
-def _changed_size_by_hand(tmp_path, shrunk_at: int, grown_at: int, backend: str = "ddp", extra=()) -> dict:
-    """The same training made to change size by hand: `backend` x2 (one node of two processes, the same arithmetic
-    as two nodes of one) to its `shrunk_at` checkpoint, one process from it to the `grown_at` one, x2 again from it
-    to the end."""
+def _changed_size_by_hand(tmp_path, shrunk_at: int, grown_at: int) -> dict:
+    """The same training made to change size by hand: ddp x2 (one node of two processes, the same arithmetic as two
+    nodes of one) to its `shrunk_at` checkpoint, torchrun's one process from it to the `grown_at` one, ddp x2 again
+    from it to the end."""
     folder, env = tmp_path / "ckpt-changed", child_env(tmp_path)
-    args = [*COMMON, *extra, "--checkpoint-dir", str(folder), "--checkpoint-every", str(EVERY)]
+    args = [*COMMON, "--checkpoint-dir", str(folder), "--checkpoint-every", str(EVERY)]
     for nprocs, last in ((2, shrunk_at), (1, grown_at), (2, STEPS)):
         out = tmp_path / f"to-{last}.json"
-        run_cmd(launch(backend, nprocs, [*args, "--max-steps", str(last), "--output", str(out)]), 300, env=env)
+        run_cmd(launch("ddp", nprocs, [*args, "--max-steps", str(last), "--output", str(out)]), 300, env=env)
     return read_record(out)
 
 
