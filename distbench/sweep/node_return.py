@@ -58,23 +58,27 @@ class NodeReturn:
 
 @dataclass
 class HostReturn:
-    """One Horovod Elastic job's lost host, BACK seconds after it went: its line back in the job's hosts file."""
+    """One Horovod Elastic job's lost host, BACK seconds after it went: its line back in the job's hosts file. The
+    node is the host that the fault's rank ran on, which need not be the NODE-th line: horovodrun's driver orders the
+    hosts it first assigns as a set (horovod/runner/elastic/discovery.py, order_available_hosts), so rank 0 may run on
+    any host listed. The fault drops its own host's line (topology.drop_host, by HOROVOD_HOSTNAME): whichever line
+    leaves the file is the lost node's."""
 
     node: int
     after_s: float
     hosts: Path  # the file the job's discovery script prints (topology.horovod_discovery)
-    listed: list[str]  # its lines at the start: every node's, in node order
-    gone_at: float | None = None  # when the executor saw the node's line gone (time.monotonic)
+    listed: list[str]  # its lines at the start: every node's
+    gone_at: float | None = None  # when the executor saw a line gone (time.monotonic)
     listed_again: bool = False
 
     def poll(self, procs: list[subprocess.Popen], start: Callable[[list[str], dict], subprocess.Popen]) -> None:
         """Called as the executor waits for the job's processes (horovodrun starts the node's worker itself): when
-        the node's line has left the hosts file, note the time; BACK seconds later, list every node again."""
+        a line has left the hosts file, note the time; BACK seconds later, list every node again."""
         if self.listed_again:
             return
         if self.gone_at is None:
             try:
-                if self.listed[self.node] not in self.hosts.read_text().splitlines():
+                if set(self.listed) - set(self.hosts.read_text().splitlines()):
                     self.gone_at = time.monotonic()
             except OSError:  # the job is gone with its folder: nothing comes back to it
                 pass
