@@ -216,6 +216,17 @@ VARIANTS = {
         computation=MINILM,
         sizes=LOADED_SIZES,
     ),
+    # the third model beyond 4 nodes, at ResNet-18's 8-node dilation (every link's rate / K, added up: 500 Mbit/s); an
+    # emulated step of 25-30 s here, so 8 nodes only (16 would take an hour and a half a round)
+    "minilm-large": Variant(
+        OUT / "minilm",
+        (Case("1gbit", 8, 16),),
+        {"1gbit": OUT / "minilm"},
+        "## The MiniLM at 8 nodes, 1 Gbit/s, from a commbench at the sweep's dilation, predicted before measuring",
+        dilated=True,
+        computation=MINILM,
+        sizes=LOADED_SIZES,
+    ),
     # the libraries that wrap the model in DDP, on MNIST's cases where ddp was validated: the same commbenches (their
     # gradients go through DDP's all-reduce), predicted before measuring
     "libraries": Variant(
