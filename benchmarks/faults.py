@@ -6,6 +6,8 @@ into docs/faults.md.
     python -m benchmarks.faults link [--rounds 2] [--out docs/faults.md]   # run.py compare --fault none,link-down:...
     python -m benchmarks.faults slurm [--rounds 2] [--out docs/faults.md]  # on the Slurm test cluster, started here
     python -m benchmarks.faults back [--rounds 1] [--out docs/faults.md]   # --fault none,kill-node:1@15:60
+    python -m benchmarks.faults host-back [--rounds 1] [--out docs/faults.md]   # the same under Horovod Elastic
+    python -m benchmarks.faults per-node [--rounds 2] [--out docs/faults.md]   # 2 nodes of 2 processes
 
 `restarts`: MNIST on 2 simulated nodes of one process each, a checkpoint (and Horovod Elastic's commit) every 10
 steps, rank 1 (node 1's) killed (`--fault kill:1@15`), node 1 lost (`--fault kill-node:1@15`: its agent too) or rank 1
@@ -23,9 +25,13 @@ links, node 1's link down after step 15 for less than the collective timeout (5 
 started and stopped here), `run.py compare --scheduler slurm --restarts 1` of the libraries that continue a job there
 with a killed rank, a lost node and a hung rank, its report's Faults section; then ddp with a node that Slurm itself
 takes down mid-run (`scontrol update NodeName=n2 State=DOWN`, in an allocation made with `--no-kill`). `back`:
-`run.py compare --restarts 1` of the libraries whose agents run on every node (Horovod Elastic's taking a host back is
-not measured yet: sweep/node_return.py) on 2 simulated nodes, node 1 lost after step 15 and back 60 s later, after
-the job continued without it; its report's Faults section.
+`run.py compare --restarts 1` of the libraries whose agents run on every node on 2 simulated nodes, node 1 lost after
+step 15 and back 60 s later, after the job continued without it; its report's Faults section. `host-back`: the same
+under Horovod Elastic, its host listed again in the job's discovery (`--restarts 2`: the return is one of its resets).
+`per-node`: `run.py compare --restarts 1` on 2 simulated nodes of 2 processes each, rank 1 (the second process of
+rank 0's node) killed and node 1 lost, under the three ways a job continues here (torchrun's agents, which fsdp,
+deepspeed and fabric continue under as ddp does; accelerate launch's; Horovod Elastic's driver): what a process's
+failure costs the other processes of its node, and a node's loss the job; its report's Faults section.
 """
 
 from __future__ import annotations
@@ -71,6 +77,12 @@ BACK_ARGS = "--fault none,kill-node:1@15:60 --batch-size 128 --epochs 100 --max-
 # Horovod Elastic's host back, the same lost node and return: its discovery lists the host again (sweep/node_return.py)
 HOST_BACK = "## Horovod Elastic takes a lost host back"
 HOST_BACK_DIR = ROOT / "docs" / "results" / "faults" / "host-back"
+PER_NODE = "## Two processes per node"
+PER_NODE_DIR = ROOT / "docs" / "results" / "faults" / "per-node"
+# one library for each way a job continues here: torchrun's agents (fsdp, deepspeed and fabric run under the same
+# agent as ddp, and recovered alike at one process per node), accelerate launch's, Horovod Elastic's driver
+PER_NODE_LIBRARIES = ("ddp", "accelerate", "horovod")
+PER_NODE_FAULTS = "none,kill:1@15,kill-node:1@15"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 FAULTS_DOC = ROOT / "docs" / "faults.md"
 SweepRounds = Annotated[int, typer.Option(help="rounds of the sweep")]
@@ -280,6 +292,25 @@ def host_back(
         "Horovod's resets); the Faults section of its report:"
     )
     _faults_section(out, HOST_BACK, head, HOST_BACK_DIR)
+
+
+@app.command()
+def per_node(
+    rounds: SweepRounds = 2,
+    out: Document = FAULTS_DOC,
+) -> None:
+    args = ["--backends", ",".join(PER_NODE_LIBRARIES), "--nodes", "2", "--nprocs", "2", "--restarts", "1"]
+    args += ["--fault", PER_NODE_FAULTS, "--timeout-s", "60", "--max-steps", "30", "--checkpoint-every", "10"]
+    args += ["--dropout", "0", "--repeats", str(rounds)]
+    where = _swept(PER_NODE_DIR, args)
+    head = (
+        f"Produced by `python -m benchmarks.faults per-node --rounds {rounds}` on {machine()}: `run.py compare "
+        f"{' '.join(args)} --out {where}` (its report: {where}/report.md): MNIST on 2 simulated nodes of 2 processes "
+        "each (ranks 0-1 on one, 2-3 on the other), rank 1 killed (the second process of rank 0's node) or node 1 lost "
+        "(its agent and both its workers) after step 15, each library ready to continue as its users run it; the "
+        "Faults section of its report:"
+    )
+    _faults_section(out, PER_NODE, head, PER_NODE_DIR)
 
 
 def _swept(sweep: Path, args: list[str]) -> Path:
