@@ -2,6 +2,9 @@
 when it comes back (docs/faults.md). A file of its own, so that the suite runs it beside test_continue.py's sweep:
 it mostly waits for torchrun's rendezvous."""
 
+import subprocess
+import sys
+
 import pytest
 
 from distbench.launching import topology
@@ -103,6 +106,10 @@ def test_horovod_elastic_takes_a_lost_host_back_when_its_discovery_lists_it_agai
     that changed size at the same steps by hand, bit for bit: the same state, the same data order, the global batch
     kept and re-split."""
     fault = f"kill-node:1@15:{HOROVOD_BACK}"
+    order = "print(list(set(['localhost', '127.0.0.1'])))"  # as the driver's first assignment orders the hosts
+    env = child_env(**RANK_1_ON_THE_FIRST_HOST)
+    placed = subprocess.run([sys.executable, "-c", order], env=env, capture_output=True, text=True)
+    assert placed.stdout.strip() == "['127.0.0.1', 'localhost']"  # rank 0 on 127.0.0.1, rank 1 on localhost
     started = launch_config("horovod", 2, 2, ["--max-steps", "30"], restarts=2, takes_back=True)
     topology.discarded(started.env)
     assert "--blacklist-cooldown-range" in started.commands[0]
