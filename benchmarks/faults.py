@@ -237,12 +237,7 @@ def straggler(
 ) -> None:
     args = ["--backends", ",".join(LIBRARIES), "--nprocs", "2", "--fault", "none,slow:1:3", "--max-steps", "40"]
     args += ["--dropout", "0", "--repeats", str(rounds)]
-    where = _swept(STRAGGLER_DIR, args)
-    head = (
-        f"Produced by `python -m benchmarks.faults straggler --rounds {rounds}` on {machine()}: `run.py compare "
-        f"{' '.join(args)} --out {where}` (its report: {where}/report.md), the Faults section of its report:"
-    )
-    _faults_section(out, STRAGGLER, head, STRAGGLER_DIR)
+    _compared("straggler", rounds, out, STRAGGLER, STRAGGLER_DIR, args)
 
 
 @app.command()
@@ -265,14 +260,11 @@ def back(
     args = ["--backends", ",".join(BACK_LIBRARIES), "--nodes", "2", "--nprocs", "1", "--restarts", "1"]
     args += [*BACK_ARGS.split(), "--timeout-s", "60", "--dropout", "0", "--run-timeout-s", "400", "--repeats"]
     args += [str(rounds)]
-    where = _swept(BACK_DIR, args)
-    head = (
-        f"Produced by `python -m benchmarks.faults back --rounds {rounds}` on {machine()}: `run.py compare "
-        f"{' '.join(args)} --out {where}` (its report: {where}/report.md): MNIST on 2 simulated nodes of one process, "
-        "node 1 lost after step 15 (its agent and worker killed) and started again 60 s later, each library ready to "
-        "continue as its users run it; the Faults section of its report:"
+    said = (
+        "MNIST on 2 simulated nodes of one process, node 1 lost after step 15 (its agent and worker killed) and "
+        "started again 60 s later, each library ready to continue as its users run it"
     )
-    _faults_section(out, BACK, head, BACK_DIR)
+    _compared("back", rounds, out, BACK, BACK_DIR, args, said)
 
 
 @app.command()
@@ -283,15 +275,12 @@ def host_back(
     # Horovod: a host that comes back is one of its resets (--reset-limit): the lost node's and its return's
     args = ["--backends", "horovod", "--nodes", "2", "--nprocs", "1", "--restarts", "2", *BACK_ARGS.split()]
     args += ["--timeout-s", "60", "--dropout", "0", "--run-timeout-s", "400", "--repeats", str(rounds)]
-    where = _swept(HOST_BACK_DIR, args)
-    head = (
-        f"Produced by `python -m benchmarks.faults host-back --rounds {rounds}` on {machine()}: `run.py compare "
-        f"{' '.join(args)} --out {where}` (its report: {where}/report.md): the section above's runs under Horovod "
-        "Elastic: node 1's worker killed after step 15 and its host dropped from the job's discovery, listed again "
-        "60 s later (horovodrun given a blacklist cool-down; `--restarts 2`, since the host's return is one of "
-        "Horovod's resets); the Faults section of its report:"
+    said = (
+        "the section above's runs under Horovod Elastic: node 1's worker killed after step 15 and its host dropped "
+        "from the job's discovery, listed again 60 s later (horovodrun given a blacklist cool-down; `--restarts 2`, "
+        "since the host's return is one of Horovod's resets)"
     )
-    _faults_section(out, HOST_BACK, head, HOST_BACK_DIR)
+    _compared("host-back", rounds, out, HOST_BACK, HOST_BACK_DIR, args, said)
 
 
 @app.command()
@@ -302,15 +291,24 @@ def per_node(
     args = ["--backends", ",".join(PER_NODE_LIBRARIES), "--nodes", "2", "--nprocs", "2", "--restarts", "1"]
     args += ["--fault", PER_NODE_FAULTS, "--timeout-s", "60", "--max-steps", "30", "--checkpoint-every", "10"]
     args += ["--dropout", "0", "--repeats", str(rounds)]
-    where = _swept(PER_NODE_DIR, args)
-    head = (
-        f"Produced by `python -m benchmarks.faults per-node --rounds {rounds}` on {machine()}: `run.py compare "
-        f"{' '.join(args)} --out {where}` (its report: {where}/report.md): MNIST on 2 simulated nodes of 2 processes "
-        "each (ranks 0-1 on one, 2-3 on the other), rank 1 killed (the second process of rank 0's node) or node 1 lost "
-        "(its agent and both its workers) after step 15, each library ready to continue as its users run it; the "
-        "Faults section of its report:"
+    said = (
+        "MNIST on 2 simulated nodes of 2 processes each (ranks 0-1 on one, 2-3 on the other), rank 1 killed (the "
+        "second process of rank 0's node) or node 1 lost (its agent and both its workers) after step 15, each library "
+        "ready to continue as its users run it"
     )
-    _faults_section(out, PER_NODE, head, PER_NODE_DIR)
+    _compared("per-node", rounds, out, PER_NODE, PER_NODE_DIR, args, said)
+
+
+def _compared(name: str, rounds: int, out: Path, header: str, sweep: Path, args: list[str], said: str = "") -> None:
+    """`run.py compare ARGS --out SWEEP` (unless SWEEP holds its results), then the section `header` of `out`: the
+    command that produced it, what it ran (`said`) and its report's Faults section."""
+    where = _swept(sweep, args)
+    head = (
+        f"Produced by `python -m benchmarks.faults {name} --rounds {rounds}` on {machine()}: `run.py compare "
+        f"{' '.join(args)} --out {where}` (its report: {where}/report.md){': ' + said if said else ''}; the Faults "
+        "section of its report:"
+    )
+    _faults_section(out, header, head, sweep)
 
 
 def _swept(sweep: Path, args: list[str]) -> Path:
