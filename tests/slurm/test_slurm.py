@@ -134,6 +134,8 @@ def test_horovod_elastic_continues_on_the_first_node_when_the_second_is_lost(slu
     assert (cost["world_size_after"], cost["nodes_after"], rec["topology"]["nodes"]) == (1, 1, 1)
     assert "--host-discovery-script" in rec["command"] and rec["scheduler"]["name"] == "slurm"
     follows_after_resizing(rec, free, 10)
+    report = (out / "report.md").read_text()  # the Faults section says the job continued smaller
+    assert "| horovod x2 fault kill-node:1@15 | `kill-node:1@15` | 1 of 1 (x1 after) |" in report
     steps = subprocess.run(["squeue", "--steps", "--noheader"], capture_output=True, text=True, env=slurm_env)
     assert steps.stdout.strip() == ""
 
