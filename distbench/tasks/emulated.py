@@ -185,6 +185,11 @@ class Clock:
     def optimizer(self, nbytes: int) -> None:
         self._wait(self.schedule.optimizer_s_per_byte * nbytes)
 
+    @property
+    def overrun_s(self) -> float:
+        """What the sleeps so far overran (s): the next wait is that much shorter."""
+        return self._late
+
     def _wait(self, seconds: float) -> None:
         """Sleep `seconds` x the dilation, less what earlier sleeps overran (a sleep wakes late by the kernel's
         timer slack and the scheduler's delay, about 0.1 ms: over dozens of modules a step would run slow); the

@@ -68,7 +68,7 @@ def test_a_profiles_round_trip_replays_its_forward_and_its_gradients_in_order_an
     model, clock = Model(), emulated.Clock(emulated.schedule(profile), rank=0, seed=0)
     emulated.install(model, profile, clock)
     ready_times(model)  # the first step allocates what the others reuse
-    carried = clock._late  # what the first step's last sleep overran: the next step's first sleep is that shorter
+    carried = clock.overrun_s  # what the first step's last sleep overran: the next step's first sleep is that shorter
     got = ready_times(model)
     assert list(k for k in got if k in ("a", "b")) == ["b", "a"]  # backward reaches b first
     assert profile["forward"]["median_s"] >= sum(FORWARD_S.values())
