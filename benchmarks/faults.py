@@ -29,9 +29,9 @@ takes down mid-run (`scontrol update NodeName=n2 State=DOWN`, in an allocation m
 step 15 and back 60 s later, after the job continued without it; its report's Faults section. `host-back`: the same
 under Horovod Elastic, its host listed again in the job's discovery (`--restarts 2`: the return is one of its resets).
 `per-node`: `run.py compare --restarts 1` on 2 simulated nodes of 2 processes each, rank 1 (the second process of
-rank 0's node) killed and node 1 lost, under the three ways a job continues here (torchrun's agents, which fsdp,
-deepspeed and fabric continue under as ddp does; accelerate launch's; Horovod Elastic's driver): what a process's
-failure costs the other processes of its node, and a node's loss the job; its report's Faults section.
+rank 0's node) killed or hung and node 1 lost, under the three ways a job continues here (torchrun's agents, which
+fsdp, deepspeed and fabric continue under as ddp does; accelerate launch's; Horovod Elastic's driver): what a
+process's failure costs the other processes of its node, and a node's loss the job; its report's Faults section.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ PER_NODE_DIR = ROOT / "docs" / "results" / "faults" / "per-node"
 # one library for each way a job continues here: torchrun's agents (fsdp, deepspeed and fabric run under the same
 # agent as ddp, and recovered alike at one process per node), accelerate launch's, Horovod Elastic's driver
 PER_NODE_LIBRARIES = ("ddp", "accelerate", "horovod")
-PER_NODE_FAULTS = "none,kill:1@15,kill-node:1@15"
+PER_NODE_FAULTS = "none,kill:1@15,kill-node:1@15,hang:1@15"
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 FAULTS_DOC = ROOT / "docs" / "faults.md"
 SweepRounds = Annotated[int, typer.Option(help="rounds of the sweep")]
@@ -293,8 +293,8 @@ def per_node(
     args += ["--dropout", "0", "--repeats", str(rounds)]
     said = (
         "MNIST on 2 simulated nodes of 2 processes each (ranks 0-1 on one, 2-3 on the other), rank 1 killed (the "
-        "second process of rank 0's node) or node 1 lost (its agent and both its workers) after step 15, each library "
-        "ready to continue as its users run it"
+        "second process of rank 0's node) or hung, or node 1 lost (its agent and both its workers) after step 15, "
+        "each library ready to continue as its users run it"
     )
     _compared("per-node", rounds, out, PER_NODE, PER_NODE_DIR, args, said)
 
