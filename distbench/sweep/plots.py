@@ -25,7 +25,8 @@ def _errorbar(ax, points: list[tuple[int, Summary]], label: str) -> None:
 
 def _finish(fig, ax, path: Path) -> None:
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)  # outside: covers no data
+    if ax.get_legend_handles_labels()[0]:  # a plot with no line (no run of its kind succeeded) has no legend
+        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=8)  # outside the axes
     fig.savefig(path, dpi=100, bbox_inches="tight")
 
 
