@@ -245,11 +245,12 @@ def finished_checkpoint(folder: Path) -> None:
         raise RuntimeError(f"the run that writes the finished checkpoint failed: {err}")
 
 
-def command(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
-    """`python run.py ARGS` with `env`, run in this process: its exit code and what it wrote on stderr."""
+def command(args: list[str], env: dict[str, str] | None = None, out: io.StringIO | None = None) -> tuple[int, str]:
+    """`python run.py ARGS` with `env`, run in this process: its exit code and what it wrote on stderr (its stdout
+    into `out`, if given)."""
     from distbench.cli import main
 
-    err, out = io.StringIO(), io.StringIO()
+    err, out = io.StringIO(), out or io.StringIO()
     with environment(env or {}), contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         code = main(list(args))
     return code, err.getvalue()

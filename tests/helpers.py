@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import struct
 import subprocess
@@ -184,16 +185,20 @@ def run_in(tmp_path: Path, cmd: list[str], timeout: float, expect_rc: int | None
     return run_cmd(cmd, timeout=timeout, env=child_env(tmp_path), expect_rc=expect_rc)
 
 
-def run_here(args, tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+def run_here(args, tmp_path: Path, expect_rc: int | None = None, **env: str) -> subprocess.CompletedProcess:
     """`python run.py ARGS` in this process, as benchmarks/bad_inputs.py runs its cases: the launch environment read
     afresh, the process's state (threads, signal handlers, working directory) put back after. For input refused
-    before anything starts: milliseconds instead of a fresh interpreter's seconds. What only a fresh process shows
-    (a library's import-time output on stderr) is what the tests that run run.py as a process keep checking."""
+    before anything starts, and commands that launch nothing (`project`): milliseconds instead of a fresh
+    interpreter's seconds. What only a fresh process shows (a library's import-time output on stderr) is what the
+    tests that run run.py as a process keep checking. With `expect_rc`, another exit code fails with its stderr."""
     from benchmarks.bad_inputs import command, this_process_kept
 
+    out = io.StringIO()
     with this_process_kept():
-        code, err = command([str(a) for a in args], {"DISTBENCH_CACHE": str(tmp_path / "cache"), **env})
-    return subprocess.CompletedProcess(["run.py", *map(str, args)], code, "", err)
+        code, err = command([str(a) for a in args], {"DISTBENCH_CACHE": str(tmp_path / "cache"), **env}, out)
+    if expect_rc is not None and code != expect_rc:
+        raise AssertionError(f"exit {code} (expected {expect_rc}): run.py {' '.join(map(str, args))}\n{err[-4000:]}")
+    return subprocess.CompletedProcess(["run.py", *map(str, args)], code, out.getvalue(), err)
 
 
 # what a commbench worker found itself in (planning/worker.py), as a test's stand-in executor returns it: x2 on one

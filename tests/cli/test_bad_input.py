@@ -39,7 +39,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, fragment):
 def test_batch_not_divisible_by_world_size(tmp_path):
     # the world size announced by the launcher is checked before the process group is joined
     env = dict(RANK="0", WORLD_SIZE="3", LOCAL_RANK="0", LOCAL_WORLD_SIZE="3", MASTER_ADDR="127.0.0.1")
-    proc = run_py(["--backend", "ddp", "--batch-size", "64"], tmp_path, **env)
+    proc = run_here(["--backend", "ddp", "--batch-size", "64"], tmp_path, **env)
     assert_one_line_error(proc, "divide evenly across 3 processes")
 
 
@@ -66,21 +66,23 @@ def test_corrupt_data_dir(tmp_path):
     data = tmp_path / "mnist"
     make_mnist_dir(data)
     (data / "t10k-labels-idx1-ubyte").write_bytes(b"garbage")
-    assert_one_line_error(run_py(["--data-dir", str(data)], tmp_path), "t10k-labels-idx1-ubyte")
+    assert_one_line_error(run_here(["--data-dir", str(data)], tmp_path), "t10k-labels-idx1-ubyte")
 
 
 def test_empty_data_dir(tmp_path):
-    assert_one_line_error(run_py(["--data-dir", str(tmp_path)], tmp_path), "holds no MNIST IDX files")
+    assert_one_line_error(run_here(["--data-dir", str(tmp_path)], tmp_path), "holds no MNIST IDX files")
 
 
 def test_existing_json_output_is_not_overwritten(tmp_path):
     out = tmp_path / "r.json"
     out.write_text('{"keep": true}')
-    assert_one_line_error(run_py(["--output", str(out)], tmp_path), "--force")
+    assert_one_line_error(run_here(["--output", str(out)], tmp_path), "--force")
     assert out.read_text() == '{"keep": true}'
 
 
 def test_unwritable_output_is_refused_before_training(tmp_path):
+    """In a fresh process: nothing a library prints when imported reaches stderr before the one line (the cases run
+    in this process, run_here, cannot see that)."""
     proc = run_py(["--output", "/proc/nope/x.json", "--epochs", "50"], tmp_path, timeout=60)
     assert_one_line_error(proc, "--output /proc/nope/x.json cannot be written")
     assert "notice" not in proc.stderr  # refused before any data was loaded
@@ -216,8 +218,13 @@ def test_an_unknown_command_is_named_with_the_closest_one(tmp_path, args, line):
     assert proc.stderr.strip().splitlines() == [line]
 
 
-def _run_py(args, tmp_path):
-    return run_in(tmp_path, [sys.executable, "run.py", "--task", "bert-sentiment", *args], timeout=120, expect_rc=None)
+def _run_bert(args, tmp_path, fresh=False):
+    """run.py --task bert-sentiment ARGS: in a fresh process where a case loads transformers (its import-time
+    output), else in this one (run_here)."""
+    args = ["--task", "bert-sentiment", *args]
+    if not fresh:
+        return run_here(args, tmp_path, TRANSFORMERS_OFFLINE="1")
+    return run_in(tmp_path, [sys.executable, "run.py", *args], timeout=120, expect_rc=None)
 
 
 @pytest.mark.parametrize("case", ["missing_file", "empty_file", "unknown_model", "max_length", "head_lr"])
@@ -241,7 +248,7 @@ def test_bad_input(tmp_path, mini_mr, case):
     else:
         args = ["--data-dir", str(mini_mr), "--head-lr", "-1"]
         fragment = "--head-lr must be positive"
-    assert_one_line_error(_run_py(args, tmp_path), fragment)
+    assert_one_line_error(_run_bert(args, tmp_path, fresh=case == "unknown_model"), fragment)
 
 
 def test_a_bad_download_through_the_cli(tmp_path):
@@ -297,7 +304,6 @@ def test_bad_checkpoints_are_refused_and_left_alone(tmp_path, written_checkpoint
         args += ["--batch-size", "32"]
         fragment = "--batch-size 64"
     before = _digest(ckpt)
-    proc = run_in(tmp_path, [sys.executable, "run.py", *args], timeout=120, expect_rc=None)
-    assert_one_line_error(proc, fragment)
+    assert_one_line_error(run_here(args, tmp_path), fragment)
     assert _digest(ckpt) == before
     assert not (tmp_path / "b.json").exists()

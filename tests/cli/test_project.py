@@ -6,7 +6,7 @@ import re
 import pytest
 
 from distbench.planning.links import fit_link
-from tests.helpers import ROOT, assert_one_line_error, run_py
+from tests.helpers import ROOT, assert_one_line_error, run_here, run_py
 
 FIX = ROOT / "tests" / "fixtures" / "projection"
 PROFILED = ROOT / "docs" / "profiles" / "mnist-b32-cpu.json"  # `run.py profile`'s, what --emulate replays
@@ -25,7 +25,7 @@ EXAMPLE = [
 def test_project_on_a_recorded_sweep_gives_the_documented_numbers(tmp_path):
     """The worked example of docs/projection.md: the same command prints the same table, row for row."""
     out = tmp_path / "p.json"
-    proc = run_py([*EXAMPLE, "--output", str(out)], tmp_path, expect_rc=0)
+    proc = run_py([*EXAMPLE, "--output", str(out)], tmp_path, expect_rc=0)  # as typed, in a fresh process
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and "2 x 1" in line]
     assert len(rows) == 4
     doc = (ROOT / "docs" / "projection.md").read_text()
@@ -50,7 +50,7 @@ def test_a_module_profile_is_the_computation_of_the_same_prediction_as_atlas_mak
 
     out = tmp_path / "p.json"
     plan = ["--nodes", "4", "--link-rate", "1gbit", "--backends", "ddp,deepspeed"]
-    proc = run_py(["project", "--from-profile", str(PROFILED), *plan, "--output", str(out)], tmp_path, expect_rc=0)
+    proc = run_here(["project", "--from-profile", str(PROFILED), *plan, "--output", str(out)], tmp_path, expect_rc=0)
     assert f"From: the module profile {PROFILED}" in proc.stdout
     rows = {r["backend"]: r for r in json.loads(out.read_text())}
     assert {(r["global_batch_size"], r["micro_batch_size"]) for r in rows.values()} == {(128, 32)}
@@ -77,7 +77,7 @@ def test_deepspeeds_zero_stages_on_the_worked_example(tmp_path):
     rows = {}
     for stage, step_ms in ((0, 126.52), (1, 176.24)):
         out = tmp_path / f"zero{stage}.json"
-        proc = run_py([*args, "--zero-stage", str(stage), "--output", str(out)], tmp_path, expect_rc=0)
+        proc = run_here([*args, "--zero-stage", str(stage), "--output", str(out)], tmp_path, expect_rc=0)
         # the fixture's commbench did not time under load, which DeepSpeed's collectives on CPU nodes take
         said = "commbench fit of deepspeed (timed on an idle core: not measured under load)"
         assert f"| deepspeed ZeRO-{stage} | 2 x 1 | {said} |" in proc.stdout
@@ -103,7 +103,7 @@ def test_deepspeeds_zero_stages_on_the_worked_example(tmp_path):
     node_cb.joinpath("commbench.jsonl").write_text("".join(json.dumps(r) + "\n" for r in node_recs))
     out = tmp_path / "engine.json"
     engine = ["--node-sweep", str(node_sweep), "--node-commbench", str(node_cb)]
-    proc = run_py([*args, "--zero-stage", "1", *engine, "--output", str(out)], tmp_path, expect_rc=0)
+    proc = run_here([*args, "--zero-stage", "1", *engine, "--output", str(out)], tmp_path, expect_rc=0)
     assert "ZeRO-1's engine beyond stage 0 measured on one node at 2 processes (2 round(s)" in proc.stderr
     (row,) = json.loads(out.read_text())
     node = fit_link(fast, "node")
@@ -123,7 +123,7 @@ def test_more_nodes_on_the_same_link_predict_more_time_on_it(tmp_path):
         raw = json.loads((FIX / "profile.json").read_text())
         profile.write_text(json.dumps({**raw, "micro_batch": 64 // nodes}))
         args = [*EXAMPLE[:-1], str(profile), "--nodes", str(nodes), "--output", str(out)]
-        run_py(args, tmp_path, expect_rc=0)
+        run_here(args, tmp_path, expect_rc=0)
         step[nodes] = {p["backend"]: p["step_ms"] for p in json.loads(out.read_text())}
     assert all(step[4][b] > step[2][b] for b in step[2])
 
@@ -139,9 +139,9 @@ def test_single_runs_at_the_micro_batch_in_a_second_folder_are_its_measured_comp
         r["step_breakdown_ms"] = {**r["step_breakdown_ms"], "forward_backward_ms": 30.0}
     (micro_dir / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     scaled, measured = tmp_path / "scaled.json", tmp_path / "measured.json"
-    run_py([*EXAMPLE, "--output", str(scaled)], tmp_path, expect_rc=0)
+    run_here([*EXAMPLE, "--output", str(scaled)], tmp_path, expect_rc=0)
     args = [EXAMPLE[0], EXAMPLE[1], str(micro_dir), *EXAMPLE[2:], "--output", str(measured)]
-    proc = run_py(args, tmp_path, expect_rc=0)
+    proc = run_here(args, tmp_path, expect_rc=0)
     assert "as the 3 run(s) at micro-batch 32 measured it" in proc.stdout
     slow = {p["backend"]: p for p in json.loads(measured.read_text())}
     fast = {p["backend"]: p for p in json.loads(scaled.read_text())}
@@ -222,7 +222,7 @@ def test_bad_commbench_or_project_input_is_one_line_and_exit_2(tmp_path, args, f
         args = [*args, "--out", str(tmp_path / "cb")]
     elif "--output" not in args:
         args = [*args, "--output", str(tmp_path / "p.json")]
-    assert_one_line_error(run_py(args, tmp_path), fragment)
+    assert_one_line_error(run_here(args, tmp_path), fragment)
     assert not (tmp_path / "p.json").exists() and not (tmp_path / "cb").exists()
 
 
@@ -232,7 +232,7 @@ def test_a_sweep_without_single_runs_is_refused(tmp_path):
     lines = (FIX / "sweep" / "results.jsonl").read_text().splitlines()
     ddp = [json.dumps({**json.loads(line), "backend": "ddp", "world_size": 2}) for line in lines]
     (sweep / "results.jsonl").write_text("\n".join(ddp) + "\n")
-    proc = run_py(["project", str(sweep), "--link-rate", "1gbit", "--output", str(tmp_path / "p.json")], tmp_path)
+    proc = run_here(["project", str(sweep), "--link-rate", "1gbit", "--output", str(tmp_path / "p.json")], tmp_path)
     assert_one_line_error(proc, "no successful `single` x1 run")
 
 
@@ -255,7 +255,7 @@ def test_project_from_a_1_x_2_commbench_to_16_x_4_says_it_extrapolates(tmp_path)
     profile.write_text(json.dumps({**json.loads((FIX / "profile.json").read_text()), "micro_batch": 1}))
     out = tmp_path / "p.json"
     args = ["project", str(FIX / "sweep"), "--commbench", str(LOOPBACK), "--nodes", "16", "--nprocs", "4"]
-    proc = run_py([*args, "--profile", str(profile), "--output", str(out)], tmp_path, expect_rc=0)
+    proc = run_here([*args, "--profile", str(profile), "--output", str(out)], tmp_path, expect_rc=0)
     said = proc.stdout.splitlines()
     assert said[0].startswith("From: 3 `single` x1 run(s) of mnist") and "at global batch 64, 1 thread(s)" in said[0]
     assert "a commbench of 1 node(s) x 2 process(es) (2 ranks), link none (shared)" in said[0]
@@ -311,5 +311,5 @@ def test_an_input_folder_of_the_wrong_content_is_one_line(tmp_path):
     for where, folder, fragment in cases:
         sweep, commbench = (folder, LOOPBACK) if where == "sweep" else (FIX / "sweep", folder)
         args = ["project", str(sweep), "--commbench", str(commbench), "--output", str(tmp_path / "p.json")]
-        assert_one_line_error(run_py(args, tmp_path), fragment)
+        assert_one_line_error(run_here(args, tmp_path), fragment)
         assert not (tmp_path / "p.json").exists()

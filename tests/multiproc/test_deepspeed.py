@@ -69,6 +69,9 @@ def test_every_zero_stage_follows_the_single_process_at_accumulation_4(zero_swee
         assert diff < fairness.LOSS_TOLERANCE and r["eval_count"] == 500
         assert (r["accumulate"], r["micro_batch_size"]) == (4, 8)
         assert r["launcher"] == ("deepspeed" if backend == "deepspeed" else "accelerate launch")
+    reference = zero_sweep["single"]  # the sweep's own: single x1 at 4 micro-batches of 16, the base loop's
+    diff = max(abs(a - b) for a, b in zip(reference["loss_history"][:EQUIVALENCE_STEPS], single, strict=True))
+    assert (reference["accumulate"], reference["micro_batch_size"]) == (4, 16) and diff < fairness.LOSS_TOLERANCE
     report = zero_sweep["report"].read_text()
     assert "ZeRO-3" in report and "ZeRO-1" in report and "### Memory per rank" in report
 

@@ -28,11 +28,6 @@ SETTINGS = {  # name: extra options
 }
 
 
-@pytest.fixture(scope="module")
-def single_runs(mnist_run):
-    return {name: mnist_run("single", 1, *SETTINGS[name]) for name in ("acc1", "acc2")}
-
-
 # Accelerate's FSDP and DeepSpeed plugins hand their library the native backend's own compression setting
 # (fsdp.mixed_precision_policy, deepspeed's ds_config communication_data_type): fsdp's and deepspeed's runs check it;
 # their accumulation, whose boundary Accelerate marks, is checked here
@@ -72,16 +67,17 @@ def _max_diff(a: dict, b: dict, steps: int = STEPS) -> float:
 @pytest.mark.multiproc
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ACCUMULATING)
-def test_accumulation_matches_the_large_batch_and_single(mnist_run, single_runs, backend):
+def test_accumulation_matches_the_large_batch_and_single(mnist_run, backend):
+    """At K = 2, against the same library without accumulation and against the single process at one batch of 64
+    (the single process's own accumulation: test_deepspeed's ZeRO sweep, whose reference runs at K = 4)."""
     r = {n: mnist_run(backend, 2, *SETTINGS[n]) for n in settings(backend)}  # the runs `runs` made (mnist_run's)
     assert (r["acc2"]["accumulate"], r["acc2"]["micro_batch_size"], r["acc2"]["global_batch_size"]) == (2, 16, 64)
     assert len(r["acc2"]["loss_history"]) == STEPS  # one value per optimizer step, not per micro-batch
     diff = _max_diff(r["acc2"], r["acc1"], EQUIVALENCE_STEPS)
     print(f"{backend} x2 acc2 vs acc1: max per-step loss difference {diff:.2e}")
     assert diff < fairness.LOSS_TOLERANCE, diff
-    diff = _max_diff(r["acc2"], single_runs["acc2"], EQUIVALENCE_STEPS)
+    diff = _max_diff(r["acc2"], mnist_run("single", 1), EQUIVALENCE_STEPS)
     assert diff < fairness.LOSS_TOLERANCE, diff
-    assert _max_diff(single_runs["acc2"], single_runs["acc1"], EQUIVALENCE_STEPS) < fairness.LOSS_TOLERANCE
     assert r["acc2"]["eval_count"] == r["acc1"]["eval_count"] == 500
 
 

@@ -46,7 +46,7 @@ def test_commbench_times_every_library_across_per_node_links(tmp_path):
     counts it, is about twice the link's rate (measured: 1.9x; well above the link's rate: the compression ran; not
     far above twice it, the token bucket's burst allowed for: the link carried it). Fabric, which has no compression of
     its own, runs once as is: at about the link's rate (measured: 0.92x). (Uncompressed across a shaped link:
-    test_nodes; each library's bytes on the wire as is and in 16 bits: test_knobs.)"""
+    test_nodes, the shaped all-reduce; each library's bytes on the wire as is and in 16 bits: test_knobs.)"""
     out = tmp_path / "cb"
     cmd = py(
         "run.py commbench --nodes 2 --nprocs 1 --link-rate 100mbit --link-mode per-node --repeats 2 "
@@ -113,7 +113,7 @@ def test_compare_trains_every_library_on_per_node_links(tmp_path, mnist_run):
     rendezvous; fsdp and accelerate-fsdp start as ddp and accelerate do, accelerate-deepspeed as accelerate): each
     reproduces its own 1 node x 2 run (mnist_run's first steps: the same batch, dropout off), with each rank on its
     node's cores, and each record's link as its processes found their namespace (the sweep fails a run whose link is
-    not the planned one). (test_nodes checks the same without a link, for ddp.)"""
+    not the planned one). (test_continue's sweep runs ddp and accelerate on 2 simulated nodes without a link.)"""
     out, before = tmp_path / "sweep", set(node_namespaces())
     cmd = py(
         f"run.py compare --backends {','.join(LAUNCHERS)} --nodes 2 --nprocs 1 --link-mode per-node "

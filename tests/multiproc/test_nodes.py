@@ -1,42 +1,12 @@
-"""Simulated nodes under each launcher's multi-node form, and a shaped link, for real."""
+"""A shaped link, for real. Simulated nodes under each launcher's multi-node form: test_links (behind per-node
+links) and test_continue (without a link)."""
 
 import json
 
 import pytest
 
-from distbench.backends import REGISTRY
 from distbench.launching import link
-from distbench.launching.launch import resolve
-from distbench.sweep.executor import launch_config, run_one
-from distbench.training import fairness
-from tests.conftest import MNIST_ARGS, MNIST_STEPS
-from tests.helpers import child_env, py, run_in
-
-
-@pytest.mark.multiproc
-@pytest.mark.timeout(300)
-# every library on simulated nodes: test_links.test_compare_trains_every_library_on_per_node_links (the same checks,
-# each node behind its own link); here ddp without a link
-@pytest.mark.parametrize("backend", ["ddp"])
-def test_two_simulated_nodes_reproduce_one_node_of_two(tmp_path, mnist_run, backend):
-    out = tmp_path / "r.json"
-    started = launch_config(backend, 2, 2, [*MNIST_ARGS, "--output", str(out)])
-    rec = run_one(
-        [resolve(c) for c in started.commands], out, 240, tmp_path / "log", {**child_env(tmp_path), **started.env}
-    )
-    assert rec["status"] == "ok", rec.get("error")
-    one_node = mnist_run(backend, 2)
-    diff = max(abs(a - b) for a, b in zip(rec["loss_history"], one_node["loss_history"], strict=True))
-    print(f"{backend} 2 nodes x 1 vs 1 node x 2: max per-step loss difference {diff:.3e}")
-    assert len(rec["loss_history"]) == MNIST_STEPS and diff < fairness.LOSS_TOLERANCE
-    assert rec["eval_count"] == one_node["eval_count"] == 500
-    topo = rec["topology"]
-    assert (topo["nodes"], topo["local_world_size"], topo["simulated"], topo["rank_nodes"]) == (2, 1, True, [0, 1])
-    assert rec["launcher"] == REGISTRY[backend].launchers[0]
-    # each rank really ran on its own node's cores (read in each process at the end), and the nodes are disjoint
-    assert topo["rank_cores"] == topo["node_cores"] and not set(topo["rank_cores"][0]) & set(topo["rank_cores"][1])
-    assert rec["environment"]["threads_per_process"] == len(topo["node_cores"][0])  # threads from the share
-    assert (rec["link_rate"], rec["link_mode"]) == ("none", "shared")  # as the child found its namespace
+from tests.helpers import py, run_in
 
 
 @pytest.mark.multiproc
