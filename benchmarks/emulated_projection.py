@@ -337,17 +337,22 @@ def reference(repeats: int = 5, steps: int = 60) -> None:
 
 @app.command()
 def predict() -> None:
+    """Every case of the variant from one backward measured on this CPU: the first case's (`project` writes it beside
+    its output), passed to the others as `--profile`, so that the cases differ in N and the links only (a backward
+    measured anew for each moved ResNet-18's ddp predictions by up to 2 points: docs/projection.md, "Why ddp's
+    ResNet-18 error grows with the nodes"; the variants predicted before 2026-12-07 measured one per case)."""
     v = CHOSEN["variant"]
+    shape: list[str] = []
     for case in v.cases:
         path = v.prediction(case)
-        if path.exists():
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        n, c = case.nodes, v.computation
-        plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(c.micro * n)]
-        plan += ["--backends", ",".join(v.backends)]
-        commbench = ["--commbench", str(v.commbench(case))]
-        run(["run.py", "project", str(c.reference), *commbench, *plan, "--output", str(path)])
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            n, c = case.nodes, v.computation
+            plan = ["--nodes", str(n), "--nprocs", "1", "--batch-size", str(c.micro * n)]
+            plan += ["--backends", ",".join(v.backends)]
+            commbench = ["--commbench", str(v.commbench(case))]
+            run(["run.py", "project", str(c.reference), *commbench, *plan, *shape, "--output", str(path)])
+        shape = shape or ["--profile", str(path.with_suffix(".profile.json"))]
 
 
 @app.command()
