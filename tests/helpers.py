@@ -201,6 +201,15 @@ def run_here(args, tmp_path: Path, expect_rc: int | None = None, **env: str) -> 
     return subprocess.CompletedProcess(["run.py", *map(str, args)], code, out.getvalue(), err)
 
 
+def assert_one_process_per_node_on_its_cores(rec: dict) -> None:
+    """A record of 2 simulated nodes x 1 process: each rank ran on its node's cores, the nodes' cores disjoint, as
+    many threads as its node's cores."""
+    topo = rec["topology"]
+    assert (topo["nodes"], topo["local_world_size"], topo["simulated"], topo["rank_nodes"]) == (2, 1, True, [0, 1])
+    assert topo["rank_cores"] == topo["node_cores"] and not set(topo["rank_cores"][0]) & set(topo["rank_cores"][1])
+    assert rec["environment"]["threads_per_process"] == len(topo["node_cores"][0])  # threads from the share
+
+
 # what a commbench worker found itself in (planning/worker.py), as a test's stand-in executor returns it: x2 on one
 # node, unshaped
 FOUND = {"world_size": 2, "nodes": 1, "link_rate": "none", "link_mode": "shared", "grad_compression": "none"}

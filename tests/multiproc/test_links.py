@@ -16,7 +16,7 @@ import pytest
 from distbench.backends import ALL_REDUCING, REGISTRY
 from distbench.launching import netns
 from distbench.training import fairness
-from tests.helpers import ROOT, child_env, py, run_in
+from tests.helpers import ROOT, assert_one_process_per_node_on_its_cores, child_env, py, run_in
 
 
 def node_namespaces() -> list[str]:
@@ -132,10 +132,7 @@ def test_compare_trains_every_library_on_per_node_links(tmp_path, mnist_run):
         print(f"{r['backend']} 2 nodes x 1 over per-node links vs 1 node x 2: max per-step loss difference {diff:.3e}")
         assert diff < fairness.LOSS_TOLERANCE and r["eval_count"] == 500, r["backend"]
         assert r["launcher"] == REGISTRY[r["backend"]].launchers[0]
-        topo = r["topology"]
-        assert (topo["local_world_size"], topo["simulated"], topo["rank_nodes"]) == (1, True, [0, 1])
-        assert topo["rank_cores"] == topo["node_cores"] and not set(topo["rank_cores"][0]) & set(topo["rank_cores"][1])
-        assert r["environment"]["threads_per_process"] == len(topo["node_cores"][0])  # threads from the share
+        assert_one_process_per_node_on_its_cores(r)
     assert not set(node_namespaces()) - before  # its own removed (`make test` runs no other that makes any beside it)
 
 
