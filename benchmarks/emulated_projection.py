@@ -240,6 +240,19 @@ VARIANTS = {
         computation=MINILM,
         sizes=LOADED_SIZES,
     ),
+    # the third model at two more rates, predicted before measuring: 250 Mbit/s, where the all-reduce (2.9 s at 2
+    # nodes) is four times the computation, and 4 Gbit/s, where DDP's overlap hides most of it (ResNet-18's second
+    # rate); the 250 Mbit/s links at rate / K added up to 250 Mbit/s, the 4 Gbit/s ones to 500 Mbit/s, as before
+    "minilm-rates": Variant(
+        OUT / "minilm",
+        (Case("250mbit", 2, 2), Case("250mbit", 4, 4), Case("4gbit", 2, 16)),
+        {"250mbit": OUT / "minilm" / "250mbit", "4gbit": OUT / "minilm" / "4gbit"},
+        "## The MiniLM at 250 Mbit/s (2 and 4 nodes) and 4 Gbit/s (2 nodes), from a commbench at the sweeps' "
+        "dilation, predicted before measuring",
+        dilated=True,
+        computation=MINILM,
+        sizes=LOADED_SIZES,
+    ),
     # the libraries that wrap the model in DDP, on MNIST's cases where ddp was validated: the same commbenches (their
     # gradients go through DDP's all-reduce), predicted before measuring
     "libraries": Variant(
