@@ -21,10 +21,10 @@ found after main's 8- and 16-node sweeps, a commbench at 4 nodes carried, on cas
 and held-out's sweeps at 8 and 16 nodes predicted again from a commbench on the same nodes at the sweep's dilation:
 new inputs, sweeps measured before), `held-out-400` (the dilated commbench on new cases, predicted before they were
 measured), `resnet18` and `minilm` (two more models at 2 and 4 nodes; `resnet18-large` and `minilm-large` beyond,
-`resnet18-4gbit` at a second rate), `libraries` and `libraries-dilated` (Accelerate and Fabric, which wrap the model
-in DDP, on MNIST's cases at 2-16 nodes, from main's and dilated's commbenches), `fsdp` and `fsdp-dilated` (FSDP2 on
-the same cases, from commbenches of its own all-gather and reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2
-and 4 nodes) and `fsdp-minilm` (on the MiniLM at 2).
+`resnet18-4gbit` at a second rate, `minilm-rates` at a second and third), `libraries` and `libraries-dilated`
+(Accelerate and Fabric, which wrap the model in DDP, on MNIST's cases at 2-16 nodes, from main's and dilated's
+commbenches), `fsdp` and `fsdp-dilated` (FSDP2 on the same cases, from commbenches of its own all-gather and
+reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2 and 4 nodes) and `fsdp-minilm` (on the MiniLM at 2).
 """
 
 from __future__ import annotations
