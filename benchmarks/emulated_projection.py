@@ -18,13 +18,13 @@ under docs/results/projection/emulated/; each step is the commands a user types.
 
 Each variant (VARIANTS) is a set of cases and the commbench its predictions take: `main` (above), `held-out` (the rule
 found after main's 8- and 16-node sweeps, a commbench at 4 nodes carried, on cases it had not seen), `dilated` (main's
-and held-out's sweeps at 8 and 16 nodes predicted again from a commbench on the same nodes at the sweep's dilation:
-new inputs, sweeps measured before), `held-out-400` (the dilated commbench on new cases, predicted before they were
+and held-out's sweeps at 8 and 16 nodes predicted again from a commbench on the same nodes at the sweep's dilation: new
+inputs, sweeps measured before), `held-out-400` (the dilated commbench on new cases, predicted before they were
 measured), `resnet18` and `minilm` (two more models at 2 and 4 nodes; `resnet18-large` and `minilm-large` beyond,
-`resnet18-4gbit` at a second rate, `minilm-rates` at a second and third), `libraries` and `libraries-dilated`
-(Accelerate and Fabric, which wrap the model in DDP, on MNIST's cases at 2-16 nodes, from main's and dilated's
-commbenches), `fsdp` and `fsdp-dilated` (FSDP2 on the same cases, from commbenches of its own all-gather and
-reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2 and 4 nodes) and `fsdp-minilm` (on the MiniLM at 2).
+`resnet18-4gbit` and `resnet18-250mbit` at a second and third rate, `minilm-rates` at a second and third), `libraries`
+and `libraries-dilated` (Accelerate and Fabric, which wrap the model in DDP, on MNIST's cases at 2-16 nodes, from main's
+and dilated's commbenches), `fsdp` and `fsdp-dilated` (FSDP2 on the same cases, from commbenches of its own all-gather
+and reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2 and 4 nodes) and `fsdp-minilm` (on the MiniLM at 2).
 """
 
 from __future__ import annotations
@@ -214,6 +214,19 @@ VARIANTS = {
         (Case("4gbit", 2, 16), Case("4gbit", 4, 32)),
         {"4gbit": OUT / "resnet18" / "4gbit"},
         "## ResNet-18 at 2 and 4 nodes, 4 Gbit/s, from a commbench at the sweeps' dilation, predicted before measuring",
+        dilated=True,
+        computation=RESNET18,
+        sizes=LOADED_SIZES,
+    ),
+    # ResNet-18 at a third rate, 250 Mbit/s: its all-reduce (1.5 s at 2 nodes) ten times its computation, the step
+    # the link's; 2 to 8 nodes, every link's rate / K added up to 250 Mbit/s at 2 nodes and 500 Mbit/s beyond (an
+    # 8-node step of 11 s here at dilation 4)
+    "resnet18-250mbit": Variant(
+        OUT / "resnet18",
+        (Case("250mbit", 2, 2), Case("250mbit", 4, 2), Case("250mbit", 8, 4)),
+        {"250mbit": OUT / "resnet18" / "250mbit"},
+        "## ResNet-18 at 2, 4 and 8 nodes, 250 Mbit/s, from a commbench at the sweeps' dilation, predicted before "
+        "measuring",
         dilated=True,
         computation=RESNET18,
         sizes=LOADED_SIZES,
