@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from distbench.errors import UserError
+from distbench.planning.bandwidth import size_text
 from distbench.planning.commbench_report import label, series
 from distbench.planning.engine import Engine
 from distbench.planning.links import COMPRESSED_FRACTION, Link, fit_link, resampled
@@ -33,6 +34,7 @@ from distbench.planning.timeline import (
     ZERO_LOADED_FOUND,
     Computation,
     Plan,
+    largest_message,
     step_s,
     timed_under_load,
 )
@@ -206,6 +208,7 @@ class Projection:
                     " (one node: its ranks talked over its loopback, no link between nodes)" if m["nodes"] == 1 else ""
                 )
                 out.append(f"{plan.nodes} nodes, beyond the {m['nodes']} the commbench measured{alone}")
+            out += self.beyond_sizes(backend)
             cores = self.commbench_cores
             if cores and m["world_size"] > CROWDED * cores * m["dilation"]:
                 out.append(CROWDED_SAID.format(world=m["world_size"], cores=cores))
@@ -218,6 +221,20 @@ class Projection:
                 "measure it; docs/projection.md)"
             )
         return out
+
+    def beyond_sizes(self, backend: str) -> list[str]:
+        """The largest message the step sends (`timeline.largest_message`), in the fit's bytes, where it is larger
+        than any size the commbench timed: the fitted line is carried past the measurements (none: within them)."""
+        recs, fraction, _ = self.carried(backend)
+        nbytes, what = largest_message(backend, self.profile, self.cap_mb)
+        top = max(r["size_bytes"] for r in recs)
+        if fraction * nbytes <= top:
+            return []
+        size = f"{fraction * nbytes / 2**20:.1f} MiB"
+        return [
+            f"{what} ({size}) is larger than any message the commbench timed ({size_text(top)}): its time is the fit "
+            f"carried beyond what was measured (commbench --sizes up to {size} measures it)"
+        ]
 
     def engine_terms(self, backend: str) -> dict:
         """The engine's measured terms as the output holds them, ms, at the point prediction's computation: its own

@@ -353,3 +353,18 @@ def step_s(
     if MODELS[backend] == "fsdp":
         return fsdp_step(comp, profile, link_, plan)
     return ddp_step(comp, profile, link_, plan, cap_mb)
+
+
+def largest_message(backend: str, profile: Profile, cap_mb: float) -> tuple[float, str]:
+    """The largest message `backend`'s step sends with its gradients, bytes before any compression, and what it is:
+    where it is larger than any size the commbench timed, the prediction carries the fitted line past what was
+    measured (Projection.warnings). FSDP2's largest unit (or the root) is also its largest all-gather."""
+    grads = profile.grad_bytes
+    if MODELS[backend] == "horovod":  # the largest fusion: every gradient ready within one cycle
+        return max(_fusion_chunks(grads)), "Horovod's largest fused all-reduce"
+    if MODELS[backend] == "zero":
+        return min(ZERO_BUCKET_ELEMENTS * 4, profile.total_bytes), "DeepSpeed's all-reduce of the gradients"
+    if MODELS[backend] == "fsdp":
+        units = profile.shard_units or []
+        return max([*units, profile.total_bytes - sum(units)]), "FSDP2's largest unit"
+    return max(sum(grads[i] for i in b) for b in ddp_buckets(profile, cap_mb)), "DDP's largest bucket"

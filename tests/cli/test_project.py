@@ -248,7 +248,8 @@ def _strict(text: str):
 
 def test_project_from_a_1_x_2_commbench_to_16_x_4_says_it_extrapolates(tmp_path):
     """It says what it extrapolates from and to, before its table, and warns of each step beyond the measurements:
-    64 ranks and 16 nodes from 2 ranks on one node, a fit that is not physical, a micro-batch not run. Its intervals
+    64 ranks and 16 nodes from 2 ranks on one node, a bucket larger than any size timed, a fit that is not physical, a
+    micro-batch not run. Its intervals
     hold the point strictly inside (on main: `143.6 (65.0-143.6)`), its efficiencies show two significant digits (on
     main: `0.00`), its output is strict JSON."""
     profile = tmp_path / "profile.json"
@@ -264,6 +265,8 @@ def test_project_from_a_1_x_2_commbench_to_16_x_4_says_it_extrapolates(tmp_path)
     for warning in (
         "warning: 64 ranks, beyond the 2 the commbench measured",
         "warning: 16 nodes, beyond the 1 the commbench measured (one node: its ranks talked over its loopback",
+        "warning: DDP's largest bucket (1.1 MiB) is larger than any message the commbench timed (1 MiB): its time "
+        "is the fit carried beyond what was measured",
         "warning: forward+backward at micro-batch 1 is batch 64's scaled by the profile, not measured",
         "warning: commbench fit of ddp: not physical (2 size(s) (4 KiB, 1 MiB)",
         "warning: commbench fit of ddp (the computation it takes): not physical (",

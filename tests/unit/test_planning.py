@@ -668,3 +668,27 @@ def test_an_unphysical_commbench_fit_is_taken_held_at_zero_and_said():
     assert cpu.startswith("commbench fit of ddp (the computation it takes): not physical (2 size(s)")
     gpu_nodes = pj.with_plan(cpu_nodes, cores_shared=False)  # the computation taken is not in a GPU node's step
     assert gpu_nodes.link_warnings(link) == [time]
+
+
+def test_a_message_larger_than_any_the_commbench_timed_is_said_to_be_the_fit_carried():
+    """The largest message each library's step sends (DDP's largest bucket, Horovod's largest fusion, DeepSpeed's
+    gradients in one all-reduce, FSDP2's largest unit), in the fit's bytes: beyond the largest size the commbench
+    timed, the prediction takes the fitted line carried past what was measured, and says so; within it, nothing."""
+    units = dataclasses.replace(PROFILE, shard_units=[4_000_000, 400])
+    assert tl.largest_message("ddp", units, 1.0) == (4_000_000, "DDP's largest bucket")
+    assert tl.largest_message("horovod", units, 1.0)[0] == 6_000_400  # all three fused under its 128 MB threshold
+    assert tl.largest_message("deepspeed", units, 1.0)[0] == 6_000_400  # one bucket of 5e8 elements holds them
+    assert tl.largest_message("fsdp", units, 1.0)[0] == 4_000_000  # its largest unit's reduce-scatter
+    ref = rf.Reference("mnist", 64, 1, "cpu", {}, [PHASES], [1000.0])
+    sizes = [(4096, 0.5), (MiB, 10.0), (2 * MiB, 20.0)]
+    short = pj.Projection(ref, PROFILE, PLAN, {"ddp": _loopback_records(sizes)}, "none", 1.0)
+    said = [w for w in short.warnings("ddp") if "larger than any message the commbench timed" in w]
+    assert said == [
+        "DDP's largest bucket (3.8 MiB) is larger than any message the commbench timed (2 MiB): its time is the fit "
+        "carried beyond what was measured (commbench --sizes up to 3.8 MiB measures it)"
+    ]
+    reaching = pj.Projection(ref, PROFILE, PLAN, {"ddp": _loopback_records([*sizes, (4 * MiB, 40.0)])}, "none", 1.0)
+    assert not [w for w in reaching.warnings("ddp") if "larger than any message" in w]
+    fp16 = dataclasses.replace(PLAN, compression="fp16")  # half the bytes on the wire: 1.9 MiB, within 2 MiB
+    halved = pj.Projection(ref, PROFILE, fp16, {"ddp": _loopback_records(sizes)}, "none", 1.0)
+    assert not [w for w in halved.warnings("ddp") if "larger than any message" in w]
