@@ -24,7 +24,8 @@ measured), `resnet18` and `minilm` (two more models at 2 and 4 nodes; `resnet18-
 `resnet18-4gbit` and `resnet18-250mbit` at a second and third rate, `minilm-rates` at a second and third), `libraries`
 and `libraries-dilated` (Accelerate and Fabric, which wrap the model in DDP, on MNIST's cases at 2-16 nodes, from main's
 and dilated's commbenches), `fsdp` and `fsdp-dilated` (FSDP2 on the same cases, from commbenches of its own all-gather
-and reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2 and 4 nodes) and `fsdp-minilm` (on the MiniLM at 2).
+and reduce-scatter), `fsdp-resnet18` (FSDP2 on ResNet-18 at 2 and 4 nodes), `fsdp-resnet18-250mbit` (at a third
+rate) and `fsdp-minilm` (on the MiniLM at 2); `libraries-resnet18` (Accelerate and Fabric on ResNet-18 at 250 Mbit/s).
 """
 
 from __future__ import annotations
@@ -286,6 +287,20 @@ VARIANTS = {
         backends=WRAPPING_DDP,
         commbench_from=OUT / "dilated",
     ),
+    # the libraries that wrap DDP on a second model at a second rate: ResNet-18's 250 Mbit/s cases at 2 and 4 nodes,
+    # from the commbenches ddp's predictions there took (resnet18-250mbit's), predicted before measuring
+    "libraries-resnet18": Variant(
+        OUT / "libraries" / "resnet18",
+        (Case("250mbit", 2, 2), Case("250mbit", 4, 2)),
+        {"250mbit": OUT / "libraries" / "resnet18" / "250mbit"},
+        "## Accelerate and Fabric on ResNet-18 at 2 and 4 nodes, 250 Mbit/s, from a commbench at the sweeps' "
+        "dilation: predicted before measuring",
+        dilated=True,
+        computation=RESNET18,
+        sizes=LOADED_SIZES,
+        backends=WRAPPING_DDP,
+        commbench_from=OUT / "resnet18",
+    ),
     # FSDP2, the library project modelled last (timeline.fsdp_step), on MNIST's cases where ddp was validated: its own
     # commbench (its all-gather and reduce-scatter), predicted before measuring; its host work (the reduce-scatter an
     # all-reduce on gloo, the copies in and out of its flat buffers) needs twice ddp's dilation to stay under the
@@ -316,6 +331,20 @@ VARIANTS = {
         {"1gbit": OUT / "fsdp" / "resnet18"},
         "## FSDP2 on ResNet-18 at 2 and 4 nodes, 1 Gbit/s, from a commbench at twice the sweeps' dilation: predicted "
         "before measuring",
+        dilated=True,
+        computation=RESNET18,
+        sizes=LOADED_SIZES,
+        backends=("fsdp",),
+        profiled=False,
+    ),
+    # FSDP2 at a third rate, 250 Mbit/s on ResNet-18 (MNIST's 100 Mbit/s and ResNet-18's 1 Gbit/s before): every
+    # link's rate / K added up to 250 Mbit/s as in fsdp-resnet18, the commbench at twice the sweep's dilation
+    "fsdp-resnet18-250mbit": Variant(
+        OUT / "fsdp" / "resnet18",
+        (Case("250mbit", 2, 2, commbench_dilation=4), Case("250mbit", 4, 4, commbench_dilation=8)),
+        {"250mbit": OUT / "fsdp" / "resnet18" / "250mbit"},
+        "## FSDP2 on ResNet-18 at 2 and 4 nodes, 250 Mbit/s, from a commbench at twice the sweeps' dilation: "
+        "predicted before measuring",
         dilated=True,
         computation=RESNET18,
         sizes=LOADED_SIZES,
