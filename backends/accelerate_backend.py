@@ -115,7 +115,8 @@ class AccelerateBackend(Backend):
     # (even_batches), so the test set is sharded by distbench and the sums are all-reduced instead.
 
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
-        # Accelerate: reads its DDP kwargs handler when it wraps the model, here
+        # Accelerate: reads its DDP kwargs handler when it wraps the model, here; the handler passes DDP only what
+        # differs from its defaults, so DDP's own 25 MB is passed as nothing, as the ddp backend's bucket_kwargs does
         self._ddp_kwargs.bucket_cap_mb = bucket_cap_mb(self.device, model)
         model, optimizer, train_loader = self.accelerator.prepare(model, optimizer, train_loader)
         return model, optimizer, train_loader

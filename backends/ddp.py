@@ -27,6 +27,7 @@ _OPS = {
 
 
 SMALL_MODEL_MB = 8.0  # gradients up to this size count as a small model (the MNIST ConvNet: 1.2 MB)
+DEFAULT_CAP_MB = 25.0  # DistributedDataParallel's own bucket_cap_mb
 
 
 def bucket_cap_mb(device: torch.device, model: nn.Module) -> float:
@@ -41,6 +42,17 @@ def bucket_cap_mb(device: torch.device, model: nn.Module) -> float:
     On GPU, NCCL's default (25 MB) stays."""
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return bucket_cap_mb_for(device.type, grad_bytes)
+
+
+def bucket_kwargs(device: torch.device, model: nn.Module) -> dict:
+    """DistributedDataParallel's bucket arguments for bucket_cap_mb's choice: none where it is DDP's default, so that
+    DDP keeps its 1 MiB first bucket (the gradients ready first, sent while backward goes on), as a user's
+    `DDP(model)` does and as Accelerate's kwargs handler leaves it (it passes only values that differ from the
+    default). # DDP: torch 2.14 gives the first bucket the whole cap once bucket_cap_mb is passed at all, 25 included
+    (_BucketCapacityConfig); passed, ResNet-18's rebuilt buckets were 29.5 + 15.1 MiB where Accelerate's were 2.0 +
+    27.5 + 15.1, and ddp and Fabric ran 6 % slower than Accelerate on 250 Mbit/s links (docs/projection.md)."""
+    cap = bucket_cap_mb(device, model)
+    return {} if cap == DEFAULT_CAP_MB else {"bucket_cap_mb": cap}
 
 
 def bucket_cap_mb_for(device_type: str, grad_bytes: int) -> float:
@@ -106,7 +118,7 @@ class DDPBackend(Backend):
             model,
             device_ids=[self.device.index] if self.device.type == "cuda" else None,
             gradient_as_bucket_view=True,
-            bucket_cap_mb=bucket_cap_mb(self.device, model),
+            **bucket_kwargs(self.device, model),
             **NO_BUFFER_SYNC,
         )
         hook = comm_hook(self.grad_compression)

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from distbench.backends.base import Backend, ReduceOp
-from distbench.backends.ddp import NO_BUFFER_SYNC, bucket_cap_mb
+from distbench.backends.ddp import NO_BUFFER_SYNC, bucket_kwargs
 from distbench.process import FABRIC
 from distbench.torchelastic import init_process_group, under_agent_store
 
@@ -78,7 +78,7 @@ class FabricBackend(Backend):
     def prepare(self, model: nn.Module, optimizer, train_loader, shard_units=()):
         # Fabric: its DDPStrategy hands the keyword arguments it was made with to DistributedDataParallel when it
         # wraps the model, here; the bucket size depends on the model, so it is added now (no public setter)
-        self._strategy._ddp_kwargs["bucket_cap_mb"] = bucket_cap_mb(self.device, model)
+        self._strategy._ddp_kwargs.update(bucket_kwargs(self.device, model))
         model, optimizer = self.fabric.setup(model, optimizer)
         return model, optimizer, train_loader
 

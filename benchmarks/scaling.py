@@ -67,7 +67,7 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    from distbench.backends.ddp import bucket_cap_mb
+    from distbench.backends.ddp import bucket_kwargs
     from distbench.data.mnist import load_mnist
     from distbench.launching.affinity import pin_process
     from distbench.models.convnet import ConvNet
@@ -88,9 +88,7 @@ def worker(mode: str, batch: int, steps: int, warmup: int, pin: bool) -> None:
     torch.manual_seed(0)
     model = ConvNet()
     if mode == "ddp":
-        model = torch.nn.parallel.DistributedDataParallel(
-            model, bucket_cap_mb=bucket_cap_mb(torch.device("cpu"), model)
-        )
+        model = torch.nn.parallel.DistributedDataParallel(model, **bucket_kwargs(torch.device("cpu"), model))
     optimizer = torch.optim.Adadelta(model.parameters(), lr=0.5)
     if mode.startswith("horovod"):
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)

@@ -38,7 +38,8 @@ def main():
         dataset, per_process, sampler=sampler, collate_fn=collate, drop_last=True, pin_memory=pinned(dev)
     )
     gpu = [dev.index] if dev.type == "cuda" else None
-    model = DDP(model.to(dev), device_ids=gpu, bucket_cap_mb=a.bucket_cap_mb)
+    buckets = {} if a.bucket_cap_mb is None else {"bucket_cap_mb": a.bucket_cap_mb}
+    model = DDP(model.to(dev), device_ids=gpu, **buckets)
     optimizer = optimizer_class(model.parameters(), lr=a.lr)
     window = Window(a.warmup, dist.barrier, dev)
     run_steps(loader, a.steps, train_step(model, optimizer, loss, dev=dev), window, sampler)

@@ -126,3 +126,40 @@ def test_horovods_prepare_takes_no_step_of_a_fresh_optimizer(tmp_path):
 
     proc = subprocess.run([sys.executable, "-c", PREPARED], cwd=ROOT, env=child_env(tmp_path), capture_output=True)
     assert (proc.returncode, proc.stdout.split()) == (0, [b"True", b"0"]), proc.stderr.decode()[-2000:]
+
+
+def _rebuilt_buckets(model: torch.nn.Module, kwargs: dict) -> list[int]:
+    """The bytes of each bucket DDP rebuilt after its first step (first sent first), at world size 1."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        ddp = DistributedDataParallel(model, **kwargs)
+        for _ in range(3):  # rebuilt in the order the gradients became ready at the second forward, logged at the third
+            ddp(torch.ones(1, 1024)).sum().backward()
+        sizes = ddp._get_ddp_logging_data()["rebuilt_bucket_sizes"]  # torch's own account: "2099200, 29388800, ..."
+        return [int(s) for s in str(sizes).replace(",", " ").split()]
+    finally:
+        dist.destroy_process_group()
+
+
+def test_ddp_keeps_its_1_mib_first_bucket_where_the_cap_is_its_default():
+    """bucket_kwargs passes DDP nothing where bucket_cap_mb's choice is DDP's own 25 MB (more than 8 MB of
+    gradients), so that the gradients ready first (here the last layer's 2 MB, ResNet-18's classifier) are sent
+    alone while backward goes on, as in Accelerate's DDP and a user's DDP(model); torch 2.14 gives the first bucket
+    the whole cap once bucket_cap_mb is passed at all, which the ddp and Fabric backends did: the last layer then
+    waited for 25 MB of others. A small model gets its 1 MB buckets passed."""
+    from distbench.backends.ddp import bucket_kwargs
+
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(1024, 1024) for _ in range(10)] + [torch.nn.Linear(1024, 512)]  # 44 MB of gradients
+    model = torch.nn.Sequential(*layers)
+    kwargs = bucket_kwargs(torch.device("cpu"), model)
+    assert kwargs == {} and bucket_kwargs(torch.device("cuda"), model) == {}
+    buckets = _rebuilt_buckets(model, kwargs)
+    assert buckets[0] == (1024 * 512 + 512) * 4 and sum(buckets) == sum(p.numel() * 4 for p in model.parameters())
+    if hasattr(torch.nn.parallel.distributed, "_BucketCapacityConfig"):  # torch 2.14's rule (not the GPU's 2.11)
+        passed = _rebuilt_buckets(model, {"bucket_cap_mb": 25.0})  # what the backends passed before
+        assert passed[0] > 25 * 2**20  # the last layer's gradients waited for 25 MB of others
+    assert bucket_kwargs(torch.device("cpu"), torch.nn.Linear(100, 100)) == {"bucket_cap_mb": 1.0}
