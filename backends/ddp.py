@@ -31,15 +31,15 @@ DEFAULT_CAP_MB = 25.0  # DistributedDataParallel's own bucket_cap_mb
 
 
 def bucket_cap_mb(device: torch.device, model: nn.Module) -> float:
-    """DDP's gradient bucket size, the one place it is chosen (the ddp and accelerate backends, the scaling
-    benchmark). On CPU/gloo, a small model gets 1 MB buckets, so that the all-reduce of the first gradients
-    ready (the classifier layers) overlaps the rest of backward; with the default 25 MB the MNIST ConvNet's
-    gradients form one bucket sent after backward (DDP's rebuilt buckets at x2, `_get_ddp_logging_data`: 1 MB
-    gives 1,182,504 + 19,200 bytes, 25 MB one of 1,201,704; measured here: +3 to +9 % samples/s at world size
-    2, docs/performance.md). A larger model (BERT's 87 MB) keeps the default 25 MB: 1 MB buckets make it about 90
-    all-reduces per step, each with gloo's fixed cost; measured here, ddp x2, the BERT recipe, 25 steps, three
-    A/B pairs: 25 MB ran at 1.06x the samples/s of 1 MB (per pair 1.16, 0.95, 1.06; docs/performance.md).
-    On GPU, NCCL's default (25 MB) stays."""
+    """DDP's gradient bucket size, the one place it is chosen (the ddp, Accelerate and Fabric backends, the scaling
+    benchmark; passed to DDP by bucket_kwargs). On CPU/gloo, a small model gets 1 MB buckets, so that the all-reduce
+    of the first gradients ready (the classifier layers) overlaps the rest of backward; with the default 25 MB the
+    MNIST ConvNet's gradients form one bucket sent after backward (DDP's rebuilt buckets at x2,
+    `_get_ddp_logging_data`: 1 MB gives 1,182,504 + 19,200 bytes, 25 MB one of 1,201,704; measured here: +3 to +9 %
+    samples/s at world size 2, docs/performance.md). A larger model (BERT's 87 MB) keeps the default 25 MB: 1 MB
+    buckets make it about 90 all-reduces per step, each with gloo's fixed cost; measured here, ddp x2, the BERT
+    recipe, 25 steps, three A/B pairs: 25 MB ran at 1.06x the samples/s of 1 MB (per pair 1.16, 0.95, 1.06;
+    docs/performance.md). On GPU, NCCL's default (25 MB) stays."""
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     return bucket_cap_mb_for(device.type, grad_bytes)
 

@@ -597,7 +597,8 @@ def profile_table(out: Path = ROOT / "docs" / "projection.md") -> None:
         "replayed, in place of the emulated `single` x1 reference's runs and a backward measured on this CPU; "
         "predictions in each variant's predictions-from-profile/, written after the sweeps (nothing in them fitted "
         "to the sweeps: the model is the same, only its input). The variants main, held-out, dilated, "
-        "held-out-400 and libraries(-dilated) are MNIST's ConvNet, resnet18 and minilm the models they name. "
+        "held-out-400, libraries and libraries-dilated are MNIST's ConvNet; the others the model their name holds "
+        "(resnet18, minilm). "
         "Error = (predicted - measured) / measured, against the median of the same sweeps.",
         "",
         *_summary(data),
